@@ -1,0 +1,88 @@
+"""Session fixtures: one local-mode SparkSession, one Kafka-protocol broker, unique topics.
+
+Tests use the embedded Tansu broker, or a real Kafka when KAFKA_BOOTSTRAP_SERVERS is set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from typing import Callable, Iterator
+
+import pytest
+from kafka import KafkaProducer
+
+from synclib.embedded import EmbeddedBroker, TopicAdmin
+
+EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if EXTERNAL_BOOTSTRAP:
+        yield EXTERNAL_BOOTSTRAP
+        return
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=str(log)) as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def admin(bootstrap_servers: str) -> Iterator[TopicAdmin]:
+    topic_admin = TopicAdmin(bootstrap_servers)
+    yield topic_admin
+    topic_admin.close()
+
+
+@pytest.fixture(scope="session")
+def producer(bootstrap_servers: str) -> Iterator[KafkaProducer]:
+    kafka_producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks="all")
+    yield kafka_producer
+    kafka_producer.close()
+
+
+_topic_counter = itertools.count()
+
+
+@pytest.fixture
+def new_topic(admin: TopicAdmin) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics for one test; deleted afterwards on a real Kafka."""
+    created: list[str] = []
+
+    def create(prefix: str = "t", partitions: int = 1) -> str:
+        name = f"{prefix}-{next(_topic_counter)}-{uuid.uuid4().hex[:8]}"
+        admin.create(name, partitions)
+        created.append(name)
+        return name
+
+    yield create
+    if EXTERNAL_BOOTSTRAP and created:
+        admin.delete(created)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One local-mode SparkSession for the whole test session, with the source registered."""
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("synclib-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    try:
+        from synclib.source import register
+
+        register(session)
+    except ImportError:
+        pass
+    yield session
+    session.stop()

@@ -1,0 +1,67 @@
+"""Helpers shared by the tests: bounded waits, producing, committing as the leader."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
+
+from kafka import KafkaProducer
+
+from synclib.commitlog import Commit, encode_commit
+
+T = TypeVar("T")
+
+Record = tuple[Optional[bytes], Optional[bytes]]
+
+
+def wait_until(
+    condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.05
+) -> T:
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {result!r}")
+        time.sleep(interval_s)
+
+
+def produce(
+    producer: KafkaProducer,
+    topic: str,
+    partition: int,
+    records: Iterable[Record],
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> None:
+    """Send records to one partition and flush; the last one goes alone in its own batch
+    so that even the embedded broker reports the exact high watermark."""
+    items = list(records)
+    for key, value in items[:-1]:
+        producer.send(topic, key=key, value=value, partition=partition, headers=list(headers))
+    producer.flush()
+    if items:
+        key, value = items[-1]
+        producer.send(topic, key=key, value=value, partition=partition, headers=list(headers)).get(30)
+
+
+def produce_values(producer: KafkaProducer, topic: str, partition: int, count: int, prefix: str = "v") -> None:
+    """Produce `count` records with keys/values that name their partition and sequence."""
+    produce(
+        producer, topic, partition,
+        [(f"{partition}-{i}".encode(), f"{prefix}-{partition}-{i}".encode()) for i in range(count)],
+    )
+
+
+def publish_commit(
+    producer: KafkaProducer, commit_log_topic: str, group: str, topic: str, partition: int, offset: int
+) -> None:
+    """Publish one leader commit in the current format and wait until the broker has it."""
+    key, value = encode_commit(Commit(group, topic, partition, offset, orig_message_ts=time.time()))
+    producer.send(commit_log_topic, key=key, value=value, partition=0).get(30)
+
+
+def publish_raw(producer: KafkaProducer, topic: str, key: Optional[bytes], value: Optional[bytes],
+                headers: Sequence[tuple[str, bytes]] = ()) -> None:
+    producer.send(topic, key=key, value=value, partition=0, headers=list(headers)).get(30)
