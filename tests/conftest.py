@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import uuid
 from typing import Callable, Iterator
 
@@ -14,8 +15,11 @@ import pytest
 from kafka import KafkaProducer
 
 from synclib.embedded import EmbeddedBroker, TopicAdmin
+from synclib.source import register
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+# Python workers must use this interpreter (the one with synclib's dependencies).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +82,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
-    try:
-        from synclib.source import register
-
-        register(session)
-    except ImportError:
-        pass
+    register(session)
     yield session
     session.stop()
