@@ -6,6 +6,7 @@ Tests use the embedded Tansu broker, or a real Kafka when KAFKA_BOOTSTRAP_SERVER
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 import uuid
@@ -20,6 +21,7 @@ from synclib.source import register
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 # Python workers must use this interpreter (the one with synclib's dependencies).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+logging.getLogger("kafka").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
