@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from synclib import kafkaconf
 from synclib.commitlog import Commit, CommitLogDecodeError, decode_commit
+from synclib.metadata import describe_topics
 
 logger = logging.getLogger(__name__)
 
@@ -165,25 +166,29 @@ class CommitLogFollower:
 
     def _run(self) -> None:
         consumer: Optional[KafkaConsumer] = None
+        admin: Optional[KafkaAdminClient] = None
         try:
+            client_id = f"synclib-commit-log-follower-{self.topic}"
+            admin = KafkaAdminClient(**kafkaconf.for_admin(self._client_config), client_id=client_id)
             consumer = KafkaConsumer(
                 **kafkaconf.for_consumer(self._client_config),
                 group_id=None,
                 enable_auto_commit=False,
-                client_id=f"synclib-commit-log-follower-{self.topic}",
+                client_id=client_id,
                 allow_auto_create_topics=False,
             )
-            self._follow(consumer)
+            self._follow(consumer, admin)
         except BaseException as exc:  # noqa: BLE001 - any death must surface to callers
             logger.error("commit-log follower for %r died: %r", self.topic, exc)
             with self._lock:
                 self._failure = exc
                 self._lock.notify_all()
         finally:
-            if consumer is not None:
-                consumer.close()
+            for client in (consumer, admin):
+                if client is not None:
+                    client.close()
 
-    def _follow(self, consumer: KafkaConsumer) -> None:
+    def _follow(self, consumer: KafkaConsumer, admin: KafkaAdminClient) -> None:
         assigned: set[TopicPartition] = set()
         targets: Optional[dict[TopicPartition, int]] = None
         last_refresh = float("-inf")
@@ -192,7 +197,7 @@ class CommitLogFollower:
             if time.monotonic() - last_refresh >= self._partition_refresh_s:
                 last_refresh = time.monotonic()
                 try:
-                    ends = self._refresh_partitions(consumer, assigned)
+                    ends = self._refresh_partitions(consumer, admin, assigned)
                     last_contact = time.monotonic()
                 except KafkaError as exc:
                     self._note_unreachable(exc, last_contact)
@@ -208,15 +213,24 @@ class CommitLogFollower:
                 for record in batch:
                     self._apply(record)
 
-    def _refresh_partitions(self, consumer: KafkaConsumer, assigned: set[TopicPartition]) -> dict[TopicPartition, int]:
-        """Assign new commit-log partitions from earliest; return the end offsets (a broker round trip)."""
-        partitions = consumer.partitions_for_topic(self.topic) or set()
+    def _refresh_partitions(
+        self, consumer: KafkaConsumer, admin: KafkaAdminClient, assigned: set[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Assign new commit-log partitions from earliest; return the end offsets. Both are
+        broker round trips, so a broker that does not answer raises here."""
+        timeout_ms = int(1000 * min(self._unreachable_timeout_s or 30.0, 30.0))
+        described = describe_topics(admin, [self.topic])
+        if self.topic not in described:
+            if assigned:
+                raise CommitLogFollowerError(f"commit-log topic {self.topic!r} was deleted")
+            return {}
+        _, partitions = described[self.topic]
         new = {TopicPartition(self.topic, p) for p in partitions} - assigned
         if new:
             assigned |= new
             consumer.assign(sorted(assigned))
             consumer.seek_to_beginning(*new)
-        return consumer.end_offsets(sorted(assigned)) if assigned else {}
+        return consumer.end_offsets(sorted(assigned), timeout_ms=timeout_ms) if assigned else {}
 
     def _check_caught_up(self, consumer: KafkaConsumer, targets: Mapping[TopicPartition, int]) -> None:
         if all(consumer.position(tp) >= end for tp, end in targets.items()):

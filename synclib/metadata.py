@@ -15,6 +15,17 @@ from synclib.options import Subscription
 TopicPartitionKey = tuple[str, int]
 
 
+def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = None) -> dict[str, tuple[Optional[str], tuple[int, ...]]]:
+    """One bounded metadata round trip: {topic: (topic id, partitions)} for the given topics
+    (all topics when None); topics that do not exist are absent."""
+    found = {}
+    for topic in admin.describe_topics(sorted(topics) if topics is not None else None):
+        if topic["error_code"] == 0:
+            partitions = tuple(sorted(p["partition_index"] for p in topic["partitions"]))
+            found[topic["name"]] = (topic.get("topic_id"), partitions)
+    return found
+
+
 def _keys(offsets: Mapping[TopicPartition, Any]) -> dict[TopicPartitionKey, Any]:
     return {(tp.topic, tp.partition): value for tp, value in offsets.items()}
 
@@ -24,10 +35,9 @@ def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
 
 
 class KafkaMetadata:
-    """A group-less consumer (and an admin client, for group offsets) used by the planner."""
+    """A group-less consumer (offsets) and an admin client (topics, group offsets) for the planner."""
 
     def __init__(self, client_config: Mapping[str, Any], subscription: Subscription) -> None:
-        self._client_config = dict(client_config)
         self._subscription = subscription
         self._consumer = KafkaConsumer(
             **kafkaconf.for_consumer(client_config),
@@ -36,17 +46,20 @@ class KafkaMetadata:
             allow_auto_create_topics=False,
             client_id="synclib-planner",
         )
-        self._admin: Optional[KafkaAdminClient] = None
+        self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
+        self.topic_ids: dict[str, Optional[str]] = {}
 
     def partitions(self) -> list[TopicPartitionKey]:
-        """Current partitions of the subscription (one metadata round trip)."""
-        if self._subscription.assignment:
-            return list(self._subscription.assignment)
-        topics = self._consumer.topics()
+        """Current partitions of the subscription (one metadata round trip); also refreshes
+        `topic_ids`, which change when a topic is deleted and recreated."""
+        described = describe_topics(self._admin, self._subscription.named_topics)
         found = []
-        for topic in sorted(t for t in topics if self._subscription.matches(t)):
-            for partition in sorted(self._consumer.partitions_for_topic(topic) or ()):
-                found.append((topic, partition))
+        for topic, (topic_id, partitions) in sorted(described.items()):
+            if not self._subscription.matches(topic):
+                continue
+            self.topic_ids[topic] = topic_id
+            found.extend((topic, p) for p in partitions
+                         if self._subscription.accepts(topic, p))
         return found
 
     def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -59,10 +72,6 @@ class KafkaMetadata:
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
         """Committed offsets of a consumer group (partitions it never committed are absent)."""
-        if self._admin is None:
-            self._admin = KafkaAdminClient(
-                **kafkaconf.for_admin(self._client_config), client_id="synclib-planner-admin"
-            )
         offsets = self._admin.list_group_offsets(group).get(group, {})
         return {
             (tp.topic, tp.partition): meta.offset
@@ -72,5 +81,4 @@ class KafkaMetadata:
 
     def close(self) -> None:
         self._consumer.close()
-        if self._admin is not None:
-            self._admin.close()
+        self._admin.close()

@@ -41,6 +41,16 @@ class Subscription:
             return any(t == topic for t, _ in self.assignment)
         return topic in self.topics
 
+    def accepts(self, topic: str, partition: int) -> bool:
+        return not self.assignment or (topic, partition) in self.assignment
+
+    @property
+    def named_topics(self) -> Optional[tuple[str, ...]]:
+        """The topics to describe, or None when every topic must be listed (a pattern)."""
+        if self.pattern is not None:
+            return None
+        return self.topics or tuple(sorted({t for t, _ in self.assignment}))
+
 
 @dataclass(frozen=True)
 class SourceOptions:

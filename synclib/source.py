@@ -83,6 +83,7 @@ class _Planner:
             logger.warning("commit-log follower not caught up after %.0fs; planning with what it has",
                            FOLLOWER_CATCH_UP_TIMEOUT_S)
         self.high_watermarks: dict[TopicPartitionKey, int] = {}
+        self._topic_ids: dict[str, Optional[str]] = {}
         self._remote_changed_at: dict[TopicPartitionKey, tuple[Optional[int], float]] = {}
         self.stale: set[TopicPartitionKey] = set()
 
@@ -95,27 +96,36 @@ class _Planner:
         if new:
             logger.info("new partitions %s: reading them from earliest", sorted(new))
             start.update(self.metadata.earliest_offsets(new))
-        self.high_watermarks = self.metadata.high_watermarks(start)
-        start = self._handle_offsets_moved_back(start)
+        existing = set(partitions)  # partitions of a deleted topic keep their offsets
+        self.high_watermarks = self.metadata.high_watermarks(tp for tp in start if tp in existing)
+        restarted = self._restart_recreated_partitions(start)
+        start.update(restarted)
         remote = self.remote.remote_offsets(list(start))
         for (topic, partition), offset in start.items():
             self.states.set_local_offset(topic, partition, offset)
             if remote.get((topic, partition)) is not None:
                 self.states.set_remote_offset(topic, partition, remote[(topic, partition)])
         self._track_staleness(start, remote)
-        return start, plan_end_offsets(start, self.high_watermarks, remote)
+        # A restarted partition first moves back to earliest in a batch of its own.
+        return start, {**plan_end_offsets(start, self.high_watermarks, remote), **restarted}
 
-    def _handle_offsets_moved_back(self, start: PartitionOffsets) -> PartitionOffsets:
-        moved = {tp: hw for tp, hw in self.high_watermarks.items() if hw < start[tp]}
+    def _restart_recreated_partitions(self, start: PartitionOffsets) -> PartitionOffsets:
+        """A partition whose topic was recreated (new topic id, or offsets now below the
+        query's position) lost data: fail, or return its earliest offset to restart from."""
+        recreated = {t for t, topic_id in self.metadata.topic_ids.items()
+                     if self._topic_ids.get(t, topic_id) != topic_id}
+        self._topic_ids.update(self.metadata.topic_ids)
+        moved = {tp: hw for tp, hw in self.high_watermarks.items()
+                 if hw < start[tp] or (tp[0] in recreated and start[tp] > 0)}
         if not moved:
-            return start
+            return {}
         for (topic, partition), hw in sorted(moved.items()):
-            message = (f"{topic}[{partition}]: the partition now ends at offset {hw} but the query "
-                       f"is at {start[(topic, partition)]} (topic deleted and recreated or truncated)")
+            message = (f"{topic}[{partition}]: topic deleted and recreated or truncated: the query is "
+                       f"at offset {start[(topic, partition)]}, the partition now ends at {hw}")
             if self.options.fail_on_data_loss:
                 raise KafkaDataLossError(message + "; set failOnDataLoss=false to restart it from earliest")
             logger.warning("%s; restarting the partition from earliest (failOnDataLoss=false)", message)
-        return {**start, **self.metadata.earliest_offsets(moved)}
+        return self.metadata.earliest_offsets(moved)
 
     def _track_staleness(self, start: PartitionOffsets, remote: dict[TopicPartitionKey, Optional[int]]) -> None:
         now = time.monotonic()

@@ -112,3 +112,47 @@ def test_thread_failure_surfaces_with_its_cause(new_topic, producer, follow):
     assert isinstance(error.__cause__, RuntimeError)
     with pytest.raises(CommitLogFollowerError, match="listener exploded"):
         follower.remote_offset("events", 0)
+
+
+def test_deleted_commit_log_topic_kills_the_follower_with_a_clear_error(new_topic, admin, producer, follow):
+    log = new_topic("commit-log")
+    follower = follow(log, ["g"])
+    publish_commit(producer, log, "g", "events", 0, 1)
+    wait_until(lambda: follower.remote_offset("events", 0) == 1, what="first commit")
+    admin.delete([log])
+
+    def died():
+        try:
+            follower.check()
+        except CommitLogFollowerError as error:
+            return error
+        return None
+
+    error = wait_until(died, what="follower death after the topic is deleted")
+    assert f"commit-log topic {log!r} was deleted" in str(error)
+
+
+def test_unreachable_broker_kills_the_follower_after_its_deadline(tmp_path):
+    from synclib.embedded import EmbeddedBroker, TopicAdmin
+
+    with EmbeddedBroker() as broker:
+        TopicAdmin(broker.bootstrap_servers).create("commit-log", 1)
+        follower = CommitLogFollower(
+            "commit-log", ["g"], {"bootstrap_servers": [broker.bootstrap_servers]},
+            unreachable_timeout_s=2.0, partition_refresh_s=0.2,
+        ).start()
+        try:
+            assert follower.wait_until_caught_up(30)
+            broker.stop()
+
+            def died():
+                try:
+                    follower.check()
+                except CommitLogFollowerError as error:
+                    return error
+                return None
+
+            error = wait_until(died, timeout_s=60, what="follower death after the broker went away")
+            assert "broker unreachable" in str(error)
+        finally:
+            follower.stop()

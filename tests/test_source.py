@@ -324,3 +324,43 @@ def test_invalid_options_fail_when_the_query_starts(world, change, message):
     with pytest.raises(Exception, match=message):
         world.start(**change)
         world.drain()
+
+
+def test_follower_death_fails_the_query_with_its_cause(world, admin):
+    produce_values(world.producer, world.events, 0, 5)
+    query = world.start()
+    world.commit(0, 2)
+    world.wait_released(offsets(0, 0, 2))
+    admin.delete([world.log])
+    with pytest.raises(Exception) as failure:
+        query.awaitTermination(QUERY_TIMEOUT_S)
+        raise AssertionError("the query did not fail")
+    message = str(failure.value)
+    assert "commit-log follower" in message and f"commit-log topic {world.log!r} was deleted" in message
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_topic_deleted_and_recreated(world, admin, fail_on_data_loss):
+    produce_values(world.producer, world.events, 0, 10)
+    produce_values(world.producer, world.events, 1, 10)
+    query = world.start(failOnDataLoss=str(fail_on_data_loss).lower())
+    world.commit(0, 10)
+    world.commit(1, 10)
+    world.wait_released(offsets(0, 0, 10) + offsets(1, 0, 10))
+    admin.delete([world.events])
+    admin.create(world.events, 2)
+    produce_values(world.producer, world.events, 0, 4, prefix="new")
+    world.commit(0, 4)  # the leader restarts on the new topic too
+    if fail_on_data_loss:
+        with pytest.raises(Exception, match=rf"{world.events}\[0\].*recreated.*failOnDataLoss"):
+            query.awaitTermination(QUERY_TIMEOUT_S)
+            raise AssertionError("the query did not fail")
+        return
+
+    def new_rows():
+        world.drain()
+        rows = world.spark.sql(
+            f"select partition, offset from {world.name} where cast(value as string) like 'new-%'").collect()
+        return sorted((r.partition, r.offset) for r in rows)
+
+    wait_until(lambda: new_rows() == offsets(0, 0, 4), QUERY_TIMEOUT_S, "rows of the recreated topic")
