@@ -1,0 +1,77 @@
+"""Read what a Spark streaming checkpoint says about its query and micro-batches.
+
+The sink needs two facts Spark keeps in `checkpointLocation`:
+
+- `metadata` (JSON `{"id": "<uuid>"}`): the query id, written when the checkpoint is
+  created and stable across restarts. It names the sink's Delta application transaction,
+  so a new (or lost) checkpoint, whose batch ids restart at 0, never collides with an old one.
+- `offsets/<batchId>`: written before batch N runs; line 1 is the log version, line 2
+  the batch metadata, then one line per source with that source's end offsets JSON
+  (`-` when a source has none).
+
+Locations are read with pyarrow's filesystems: local paths, `file:` URIs and object
+stores pyarrow supports (credentials from the environment). On Databricks, `dbfs:/x` is
+read through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+from pyarrow import fs
+
+APP_ID_PREFIX = "synclib-"
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint lacks a file the sink needs (it is not a Spark streaming checkpoint)."""
+
+
+def normalize_location(location: str) -> str:
+    """`location` as Spark and pyarrow both read it: local paths made absolute, `dbfs:/` via FUSE."""
+    if location.startswith("dbfs:/"):
+        return "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
+    if ":" not in location.split("/", 1)[0]:
+        return os.path.abspath(location)
+    return location
+
+
+def _read_text(location: str, name: str) -> Optional[str]:
+    filesystem, root = fs.FileSystem.from_uri(normalize_location(location))
+    try:
+        with filesystem.open_input_stream(f"{root.rstrip('/')}/{name}") as stream:
+            return stream.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def query_id(location: str) -> Optional[str]:
+    """The streaming query id recorded in the checkpoint, None before the query first started."""
+    text = _read_text(location, "metadata")
+    if text is None:
+        return None
+    return str(json.loads(text.splitlines()[0])["id"])
+
+
+def app_id(location: str) -> str:
+    """The Delta application-transaction id for the query that owns this checkpoint."""
+    query = query_id(location)
+    if query is None:
+        raise CheckpointError(f"no query metadata in checkpoint {location!r}")
+    return APP_ID_PREFIX + query
+
+
+def batch_offsets(location: str, batch_id: int) -> Optional[str]:
+    """The first source's end offsets JSON for `batch_id`, None when it has none."""
+    text = _read_text(location, f"offsets/{batch_id}")
+    if text is None:
+        raise CheckpointError(f"no offset log entry for batch {batch_id} in {location!r}")
+    lines = text.splitlines()
+    if lines[0] != "v1":
+        raise CheckpointError(f"offset log version {lines[0]!r} of batch {batch_id} in "
+                              f"{location!r} is not supported (expected v1)")
+    if len(lines) < 3 or lines[2] == "-":
+        return None
+    return lines[2]
