@@ -449,3 +449,64 @@ def _client_kwargs(client_config: Union[str, Mapping[str, Any]]) -> Mapping[str,
     if isinstance(client_config, str):
         return {"bootstrap_servers": [s.strip() for s in client_config.split(",") if s.strip()]}
     return client_config
+
+
+class EmbeddedWorld:
+    """The embedded default's world: a local broker, the events and commit-log topics, a
+    producer at `events_per_second` and a leader group committing with `leader_lag`."""
+
+    def __init__(
+        self,
+        *,
+        events_topic: str,
+        commit_log_topic: str,
+        leader_group: str,
+        partitions: int,
+        events_per_second: float,
+        event_bytes: int,
+        leader_lag: float,
+        leader_commit_interval: float,
+    ) -> None:
+        from synclib.embedded import EmbeddedBroker
+
+        self.broker = EmbeddedBroker()
+        self.events_topic = events_topic
+        self.commit_log_topic = commit_log_topic
+        self.partitions = partitions
+        self._producer_settings = {"rate": events_per_second, "event_bytes": event_bytes}
+        self._leader_settings = {"group": leader_group, "lag": leader_lag,
+                                 "commit_interval": leader_commit_interval}
+        self.producer: Optional[EventProducer] = None
+        self.leader: Optional[SimulatedLeader] = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.bootstrap_servers
+
+    def start(self) -> "EmbeddedWorld":
+        from synclib.embedded import TopicAdmin
+
+        self.broker.start()
+        admin = TopicAdmin(self.bootstrap_servers)
+        try:
+            admin.create(self.events_topic, self.partitions)
+            admin.create(self.commit_log_topic, 1)
+        finally:
+            admin.close()
+        client = {"bootstrap_servers": [self.bootstrap_servers]}
+        self.producer = EventProducer(self.events_topic, client, **self._producer_settings).start()
+        self.leader = SimulatedLeader(self.events_topic, self.commit_log_topic, client,
+                                      **self._leader_settings).start()
+        return self
+
+    def stop(self) -> None:
+        for worker in (self.producer, self.leader):
+            if worker is not None:
+                worker.stop()
+        self.broker.stop()
+
+    def __enter__(self) -> "EmbeddedWorld":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
