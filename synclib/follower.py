@@ -47,8 +47,8 @@ class CommitLogFollower:
 
     `client_config` holds kafka-python kwargs (from `kafkaconf.kafka_client_config`).
     `listener`, if given, is called on the follower thread for each applied commit.
-    `unreachable_timeout_s`: the thread fails when the broker has not answered for
-    this long (None: retry forever).
+    `unreachable_timeout_s`: the follower fails when the broker has not answered, or a
+    client call has not returned, for this long (None: wait forever).
     """
 
     def __init__(
@@ -78,6 +78,7 @@ class CommitLogFollower:
         self._failure: Optional[BaseException] = None
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._heartbeat = time.monotonic()  # the follower loop's last turn
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -104,14 +105,23 @@ class CommitLogFollower:
     # -- queries ---------------------------------------------------------------------
 
     def check(self) -> None:
-        """Raise `CommitLogFollowerError` if the thread has died."""
+        """Raise `CommitLogFollowerError` if the thread has died, or is stuck in a client
+        call for longer than the unreachable deadline."""
         with self._lock:
             failure = self._failure
+            last_error = self._stats.last_error
         if failure is not None:
             raise CommitLogFollowerError(
                 f"commit-log follower for topic {self.topic!r} died: "
                 f"{type(failure).__name__}: {failure}"
             ) from failure
+        stuck_for = time.monotonic() - self._heartbeat
+        if (self._unreachable_timeout_s is not None and self._thread is not None
+                and not self._stopping.is_set() and stuck_for > self._unreachable_timeout_s):
+            raise CommitLogFollowerError(
+                f"commit-log follower for topic {self.topic!r} is stuck: no progress for "
+                f"{stuck_for:.0f}s (limit {self._unreachable_timeout_s:.0f}s); last error: {last_error}"
+            )
 
     def remote_offset(self, topic: str, partition: int) -> Optional[int]:
         """Minimum committed offset over the followed groups; None while any has not reported."""
@@ -194,6 +204,7 @@ class CommitLogFollower:
         last_refresh = float("-inf")
         last_contact = time.monotonic()
         while not self._stopping.is_set():
+            self._heartbeat = time.monotonic()
             if time.monotonic() - last_refresh >= self._partition_refresh_s:
                 last_refresh = time.monotonic()
                 try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import OffsetSpec
 
 from synclib import kafkaconf
 from synclib.options import Subscription
@@ -26,26 +27,16 @@ def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = N
     return found
 
 
-def _keys(offsets: Mapping[TopicPartition, Any]) -> dict[TopicPartitionKey, Any]:
-    return {(tp.topic, tp.partition): value for tp, value in offsets.items()}
-
-
 def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in sorted(partitions)]
 
 
 class KafkaMetadata:
-    """A group-less consumer (offsets) and an admin client (topics, group offsets) for the planner."""
+    """The planner's view of the brokers, through one admin client: every request is bounded
+    by the client's request timeout and routed with fresh metadata (new topics included)."""
 
     def __init__(self, client_config: Mapping[str, Any], subscription: Subscription) -> None:
         self._subscription = subscription
-        self._consumer = KafkaConsumer(
-            **kafkaconf.for_consumer(client_config),
-            group_id=None,
-            enable_auto_commit=False,
-            allow_auto_create_topics=False,
-            client_id="synclib-planner",
-        )
         self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
         self.topic_ids: dict[str, Optional[str]] = {}
 
@@ -58,17 +49,21 @@ class KafkaMetadata:
             if not self._subscription.matches(topic):
                 continue
             self.topic_ids[topic] = topic_id
-            found.extend((topic, p) for p in partitions
-                         if self._subscription.accepts(topic, p))
+            found.extend((topic, p) for p in partitions if self._subscription.accepts(topic, p))
         return found
 
     def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        tps = _tps(partitions)
-        return _keys(self._consumer.end_offsets(tps)) if tps else {}
+        return self._list_offsets(partitions, OffsetSpec.LATEST)
 
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        return self._list_offsets(partitions, OffsetSpec.EARLIEST)
+
+    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec) -> dict[TopicPartitionKey, int]:
         tps = _tps(partitions)
-        return _keys(self._consumer.beginning_offsets(tps)) if tps else {}
+        if not tps:
+            return {}
+        found = self._admin.list_partition_offsets({tp: spec for tp in tps})
+        return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
         """Committed offsets of a consumer group (partitions it never committed are absent)."""
@@ -80,5 +75,4 @@ class KafkaMetadata:
         }
 
     def close(self) -> None:
-        self._consumer.close()
         self._admin.close()

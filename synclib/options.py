@@ -70,6 +70,7 @@ class SourceOptions:
     poll_timeout_ms: int = 512
     remote_poll_interval_s: float = 1.0
     read_stall_timeout_s: float = 120.0
+    commit_log_timeout_s: float = 120.0
 
     @staticmethod
     def parse(options: Mapping[str, Any]) -> "SourceOptions":
@@ -126,6 +127,7 @@ class SourceOptions:
             poll_timeout_ms=_positive_int(get("pollTimeoutMs"), "pollTimeoutMs") or 512,
             remote_poll_interval_s=_positive_float(get("remotePollInterval"), "remotePollInterval", 1.0),
             read_stall_timeout_s=_positive_float(get("readStallTimeout"), "readStallTimeout", 120.0),
+            commit_log_timeout_s=_positive_float(get("commitLogTimeout"), "commitLogTimeout", 120.0),
         )
 
 

@@ -77,7 +77,8 @@ class _Planner:
         self.metadata = KafkaMetadata(options.client_config, options.subscription)
         self.states = SynchronizedPartitionStateManager(_log_state_change)
         self.remote = CommitLogFollower(
-            options.commit_log_topic or "", options.commit_groups, options.client_config
+            options.commit_log_topic or "", options.commit_groups, options.client_config,
+            unreachable_timeout_s=options.commit_log_timeout_s,
         ).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
             logger.warning("commit-log follower not caught up after %.0fs; planning with what it has",
