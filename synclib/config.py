@@ -182,6 +182,9 @@ class ForwarderConfig:
         options["includeHeaders"] = _spark_value(source.include_headers)
         options["staleAfter"] = _spark_value(source.stale_after)
         options["remoteOffsets"] = source.remote_offsets
+        options["commitToConsumerGroup"] = _spark_value(source.commit_to_consumer_group)
+        if source.publish_commit_log is not None:
+            options["publishCommitLog"] = source.publish_commit_log
         return options
 
     def redacted(self) -> dict[str, Any]:

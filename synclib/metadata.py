@@ -27,6 +27,16 @@ def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = N
     return found
 
 
+def group_offsets(admin: KafkaAdminClient, group: str) -> dict[TopicPartitionKey, int]:
+    """Committed offsets of a consumer group (partitions it never committed are absent)."""
+    offsets = admin.list_group_offsets(group).get(group, {})
+    return {
+        (tp.topic, tp.partition): meta.offset
+        for tp, meta in offsets.items()
+        if meta is not None and meta.offset is not None and meta.offset >= 0
+    }
+
+
 def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in sorted(partitions)]
 
@@ -66,13 +76,7 @@ class KafkaMetadata:
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
-        """Committed offsets of a consumer group (partitions it never committed are absent)."""
-        offsets = self._admin.list_group_offsets(group).get(group, {})
-        return {
-            (tp.topic, tp.partition): meta.offset
-            for tp, meta in offsets.items()
-            if meta is not None and meta.offset is not None and meta.offset >= 0
-        }
+        return group_offsets(self._admin, group)
 
     def close(self) -> None:
         self._admin.close()

@@ -71,6 +71,8 @@ class SourceOptions:
     remote_poll_interval_s: float = 1.0
     read_stall_timeout_s: float = 120.0
     commit_log_timeout_s: float = 120.0
+    commit_to_consumer_group: bool = False
+    publish_commit_log: Optional[str] = None
 
     @staticmethod
     def parse(options: Mapping[str, Any]) -> "SourceOptions":
@@ -106,6 +108,11 @@ class SourceOptions:
         starting = _parse_starting(get("startingOffsets") or "earliest")
         if starting == "committed" and consumer_group is None:
             raise SourceOptionError("option 'startingOffsets'='committed' needs option 'consumerGroup'")
+        commit_to_group = _bool(get("commitToConsumerGroup"), "commitToConsumerGroup", False)
+        publish_commit_log = get("publishCommitLog")
+        for name, wanted in (("commitToConsumerGroup", commit_to_group), ("publishCommitLog", publish_commit_log)):
+            if wanted and consumer_group is None:
+                raise SourceOptionError(f"option {name!r} needs option 'consumerGroup' (the name to commit under)")
         reset = (get("initialOffsetReset") or "earliest").lower()
         if reset not in ("earliest", "latest"):
             raise SourceOptionError(f"option 'initialOffsetReset' must be earliest or latest, got {reset!r}")
@@ -128,6 +135,8 @@ class SourceOptions:
             remote_poll_interval_s=_positive_float(get("remotePollInterval"), "remotePollInterval", 1.0),
             read_stall_timeout_s=_positive_float(get("readStallTimeout"), "readStallTimeout", 120.0),
             commit_log_timeout_s=_positive_float(get("commitLogTimeout"), "commitLogTimeout", 120.0),
+            commit_to_consumer_group=commit_to_group,
+            publish_commit_log=publish_commit_log,
         )
 
 

@@ -26,6 +26,9 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from synclib.follower import CommitLogFollower
+from synclib.grouppoller import GroupOffsetsPoller
+from synclib.publisher import ProgressPublisher
+from synclib.remote import RemoteOffsetsTracker
 from synclib.metadata import KafkaMetadata
 from synclib.options import SourceOptions, parse_offsets_json, to_offsets_json, EARLIEST, LATEST
 from synclib.partition_reader import KafkaDataLossError, KafkaInputPartition, read_partition
@@ -76,13 +79,12 @@ class _Planner:
         self.options = options
         self.metadata = KafkaMetadata(options.client_config, options.subscription)
         self.states = SynchronizedPartitionStateManager(_log_state_change)
-        self.remote = CommitLogFollower(
-            options.commit_log_topic or "", options.commit_groups, options.client_config,
-            unreachable_timeout_s=options.commit_log_timeout_s,
-        ).start()
+        self.remote = _remote_offsets_tracker(options).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
-            logger.warning("commit-log follower not caught up after %.0fs; planning with what it has",
-                           FOLLOWER_CATCH_UP_TIMEOUT_S)
+            logger.warning("%s not caught up after %.0fs; planning with what it has",
+                           self.remote.description, FOLLOWER_CATCH_UP_TIMEOUT_S)
+        self.publisher = ProgressPublisher(options) if (
+            options.commit_to_consumer_group or options.publish_commit_log) else None
         self.high_watermarks: dict[TopicPartitionKey, int] = {}
         self._topic_ids: dict[str, Optional[str]] = {}
         self._remote_changed_at: dict[TopicPartitionKey, tuple[Optional[int], float]] = {}
@@ -181,6 +183,17 @@ class _Planner:
     def close(self) -> None:
         self.remote.stop()
         self.metadata.close()
+        if self.publisher is not None:
+            self.publisher.close()
+
+
+def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
+    if options.remote_offsets == "group":
+        return GroupOffsetsPoller(options.commit_groups, options.client_config,
+                                  poll_interval_s=options.remote_poll_interval_s,
+                                  unreachable_timeout_s=options.commit_log_timeout_s)
+    return CommitLogFollower(options.commit_log_topic or "", options.commit_groups, options.client_config,
+                             unreachable_timeout_s=options.commit_log_timeout_s)
 
 
 def _log_state_change(topic: str, partition: int, old: StateAndOffsets, new: StateAndOffsets) -> None:
@@ -260,6 +273,10 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         else:
             start_offsets = parse_offsets_json(start)
         planner = self.planner
+        if planner.publisher is not None:
+            # Spark plans a batch only once the previous one is committed, so everything below
+            # `start` is durable in the sink (Spark's own commit(end) comes a batch later).
+            planner.publisher.publish(start_offsets)
         effective_start, end = planner.releasable(start_offsets)
         if self._target is not None:
             end = cap_offsets(end, self._target, effective_start)
@@ -330,7 +347,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         )
 
     def commit(self, end: dict) -> None:
-        """Spark has durably processed everything below `end`."""
+        """Nothing to release: reading holds no broker-side state."""
 
     def stop(self) -> None:
         if self._planner is not None:

@@ -96,6 +96,7 @@ def test_local_yaml_is_the_embedded_default(tmp_path, monkeypatch):
         "includeHeaders": "false",
         "staleAfter": "60",
         "remoteOffsets": "commit_log",
+        "commitToConsumerGroup": "false",
     }
     with pytest.raises(ValueError, match="embedded broker"):
         config.source_options("embedded")

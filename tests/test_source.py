@@ -367,3 +367,48 @@ def test_topic_deleted_and_recreated(world, admin, fail_on_data_loss):
         return sorted((r.partition, r.offset) for r in rows)
 
     wait_until(lambda: new_rows() == offsets(0, 0, 4), QUERY_TIMEOUT_S, "rows of the recreated topic")
+
+
+def test_commit_to_consumer_group_after_each_batch(world, admin):
+    from synclib.metadata import KafkaMetadata
+    from synclib.options import SourceOptions
+
+    group = f"follower-{uuid.uuid4().hex[:8]}"
+    produce_values(world.producer, world.events, 0, 10)
+    world.start(consumerGroup=group, commitToConsumerGroup="true")
+    world.commit(0, 6)
+    world.wait_released(offsets(0, 0, 6))
+    options = SourceOptions.parse(world.options())
+    metadata = KafkaMetadata(options.client_config, options.subscription)
+    try:
+        wait_until(lambda: metadata.group_offsets(group).get((world.events, 0)) == 6, what="group offset 6")
+    finally:
+        metadata.close()
+
+
+def test_published_commit_log_can_be_followed(world, new_topic):
+    from synclib.follower import CommitLogFollower
+
+    own_log = new_topic("own-commit-log")
+    produce_values(world.producer, world.events, 0, 10)
+    world.start(consumerGroup="forwarder", publishCommitLog=own_log)
+    world.commit(0, 7)
+    world.wait_released(offsets(0, 0, 7))
+    with CommitLogFollower(own_log, ["forwarder"], {"bootstrap_servers": [world.bootstrap]}) as follower:
+        wait_until(lambda: follower.remote_offset(world.events, 0) == 7, what="our own published commit")
+
+
+def test_remote_offsets_from_leader_group_without_commit_log(world):
+    group = f"leader-{uuid.uuid4().hex[:8]}"
+    produce_values(world.producer, world.events, 0, 10)
+    produce_values(world.producer, world.events, 1, 10)
+    world.start(remoteOffsets="group", commitLogTopic="", synchronizeCommitGroups=group,
+                remotePollInterval="0.2")
+    world.drain()
+    assert world.released() == []
+    commit_follower_group(world.bootstrap, group, world.events, {0: 4, 1: 9})
+    world.wait_released(offsets(0, 0, 4) + offsets(1, 0, 9))
+    commit_follower_group(world.bootstrap, group, world.events, {0: 2})
+    wait_until(lambda: (world.drain(), world.partition_status(0)["state"])[1] == "REMOTE_BEHIND",
+               what="leader group moved back")
+    assert world.released() == offsets(0, 0, 4) + offsets(1, 0, 9)
