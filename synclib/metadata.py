@@ -5,15 +5,21 @@ Each query is one batched request over all partitions, not one per partition.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
 
 from synclib import kafkaconf
 from synclib.options import Subscription
 
+logger = logging.getLogger(__name__)
+
 TopicPartitionKey = tuple[str, int]
+T = TypeVar("T")
 
 
 def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = None) -> dict[str, tuple[Optional[str], tuple[int, ...]]]:
@@ -41,20 +47,46 @@ def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in sorted(partitions)]
 
 
+class BrokerUnavailableError(RuntimeError):
+    """Planning could not reach the brokers within its deadline."""
+
+
 class KafkaMetadata:
     """The planner's view of the brokers, through one admin client: every request is bounded
-    by the client's request timeout and routed with fresh metadata (new topics included)."""
+    by the client's request timeout and routed with fresh metadata (new topics included).
+    Retriable errors (broker down, leader moving, a topic being recreated) are retried until
+    `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
 
-    def __init__(self, client_config: Mapping[str, Any], subscription: Subscription) -> None:
+    def __init__(self, client_config: Mapping[str, Any], subscription: Subscription,
+                 retry_timeout_s: float = 120.0) -> None:
         self._subscription = subscription
+        self._retry_timeout_s = retry_timeout_s
         self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
         self.topic_ids: dict[str, Optional[str]] = {}
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._retry_timeout_s
+        backoff_s = 0.1
+        while True:
+            try:
+                return call()
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False):
+                    raise
+                if time.monotonic() + backoff_s > deadline:
+                    raise BrokerUnavailableError(
+                        f"{what}: no answer from the brokers for {self._retry_timeout_s:.0f}s; "
+                        f"last error: {type(exc).__name__}: {exc}") from exc
+                logger.warning("%s: %s; retrying", what, exc)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
 
     def partitions(self) -> list[TopicPartitionKey]:
         """Current partitions of the subscription (one metadata round trip); also refreshes
         `topic_ids`, which change when a topic is deleted and recreated."""
-        described = describe_topics(self._admin, self._subscription.named_topics)
-        found = []
+        described = self._retrying("listing topics",
+                                   lambda: describe_topics(self._admin, self._subscription.named_topics))
+        found: list[TopicPartitionKey] = []
         for topic, (topic_id, partitions) in sorted(described.items()):
             if not self._subscription.matches(topic):
                 continue
@@ -72,11 +104,12 @@ class KafkaMetadata:
         tps = _tps(partitions)
         if not tps:
             return {}
-        found = self._admin.list_partition_offsets({tp: spec for tp in tps})
+        found = self._retrying(f"listing {spec.name.lower()} offsets",
+                               lambda: self._admin.list_partition_offsets({tp: spec for tp in tps}))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
-        return group_offsets(self._admin, group)
+        return self._retrying(f"fetching offsets of group {group!r}", lambda: group_offsets(self._admin, group))
 
     def close(self) -> None:
         self._admin.close()

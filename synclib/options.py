@@ -71,6 +71,7 @@ class SourceOptions:
     remote_poll_interval_s: float = 1.0
     read_stall_timeout_s: float = 120.0
     commit_log_timeout_s: float = 120.0
+    broker_timeout_s: float = 120.0
     commit_to_consumer_group: bool = False
     publish_commit_log: Optional[str] = None
 
@@ -135,6 +136,7 @@ class SourceOptions:
             remote_poll_interval_s=_positive_float(get("remotePollInterval"), "remotePollInterval", 1.0),
             read_stall_timeout_s=_positive_float(get("readStallTimeout"), "readStallTimeout", 120.0),
             commit_log_timeout_s=_positive_float(get("commitLogTimeout"), "commitLogTimeout", 120.0),
+            broker_timeout_s=_positive_float(get("brokerTimeout"), "brokerTimeout", 120.0),
             commit_to_consumer_group=commit_to_group,
             publish_commit_log=publish_commit_log,
         )

@@ -77,7 +77,8 @@ class _Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.metadata = KafkaMetadata(options.client_config, options.subscription)
+        self.metadata = KafkaMetadata(options.client_config, options.subscription,
+                                      retry_timeout_s=options.broker_timeout_s)
         self.states = SynchronizedPartitionStateManager(_log_state_change)
         self.remote = _remote_offsets_tracker(options).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
@@ -239,10 +240,10 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         planner = self.planner
         partitions = planner.metadata.partitions()
         starting = self.options.starting
-        if starting == "earliest":
+        if isinstance(starting, dict):
+            offsets = self._resolve_specific(starting, partitions)
+        elif starting == "earliest":
             offsets = planner.metadata.earliest_offsets(partitions)
-        elif starting == "latest":
-            offsets = planner.metadata.high_watermarks(partitions)
         elif starting == "committed":
             committed = planner.metadata.group_offsets(self.options.consumer_group or "")
             offsets = {tp: committed[tp] for tp in partitions if tp in committed}
@@ -250,8 +251,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             reset = (planner.metadata.earliest_offsets if self.options.initial_offset_reset == "earliest"
                      else planner.metadata.high_watermarks)
             offsets.update(reset(missing))
-        else:
-            offsets = self._resolve_specific(dict(starting), partitions)
+        else:  # latest
+            offsets = planner.metadata.high_watermarks(partitions)
         logger.info("initial offsets (%s): %s", starting if isinstance(starting, str) else "json",
                     to_offsets_json(offsets))
         return to_offsets_json(offsets)
@@ -308,19 +309,17 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     # -- partitions and reading --------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One task per Kafka partition with work. A partition new in this batch, or moved
+        back to earliest after its topic was recreated (end below start), reads from earliest."""
         start_offsets, end_offsets = parse_offsets_json(start), parse_offsets_json(end)
-        ranges = {tp: [start_offsets.get(tp), stop] for tp, stop in end_offsets.items()}
-        # New partitions, and partitions restarted after their offsets moved back, read from earliest.
-        restart = [tp for tp, (first, stop) in ranges.items() if first is None or first > stop]
-        has_work = [tp for tp, (first, stop) in ranges.items() if first is None or first != stop]
-        earliest = self.planner.metadata.earliest_offsets(has_work) if has_work else {}
-        for tp in restart:
-            ranges[tp][0] = earliest.get(tp, 0)
+        with_work = {tp: stop for tp, stop in end_offsets.items() if start_offsets.get(tp) != stop}
+        earliest = self.planner.metadata.earliest_offsets(with_work)
         tasks = []
-        for tp in has_work:
-            first, stop = ranges[tp]
-            assert first is not None
-            if first < earliest.get(tp, 0):
+        for tp, stop in sorted(with_work.items()):
+            first = start_offsets.get(tp)
+            if first is None or first > stop:
+                first = earliest.get(tp, 0)
+            elif first < earliest.get(tp, 0):
                 first = self._data_lost_before(tp, first, earliest[tp])
             if first < stop:
                 tasks.append(KafkaInputPartition(tp[0], tp[1], first, stop))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -17,7 +16,6 @@ from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
-from synclib.commitlog import Commit, encode_commit
 from tests.support import produce, produce_values, publish_commit, publish_raw, wait_until
 
 QUERY_TIMEOUT_S = 60
