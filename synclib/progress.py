@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from synclib.sink import TableSummary
+from synclib.table import TableSummary
 
 PARTITION_HEADER = ("topic", "partition", "state", "follower", "leader", "high watermark", "stale")
 

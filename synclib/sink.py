@@ -31,7 +31,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyarrow import fs
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -42,6 +42,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from synclib import __version__, checkpoint
+from synclib.table import (META_APP_ID, META_BATCH_ID, META_OFFSETS, META_VERSION, TableSummary,  # noqa: F401
+                           latest_metadata, open_table, parse_offsets, read_table_offsets, table_summary)
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +52,7 @@ AUTO, DELTA_RS, DELTA_SPARK = "auto", "delta-rs", "delta-spark"
 ENGINES = (AUTO, DELTA_RS, DELTA_SPARK)
 DATE_COLUMN = "date"
 
-META_APP_ID = "synclib.appId"
-META_BATCH_ID = "synclib.batchId"
-META_OFFSETS = "synclib.offsets"
-META_VERSION = "synclib.version"
-
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
-_HISTORY_PAGE = 16
 _STRING_STATS_PREFIX = 32
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -257,14 +253,14 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
         app_id = checkpoint.app_id(self._checkpoint)
         offsets = checkpoint.batch_offsets(self._checkpoint, batchId)
-        table = _open_table(self._path)
+        table = open_table(self._path)
         if table is not None:
             done = table.transaction_version(app_id)
             if done is not None and done >= batchId:
                 logger.info("batch %d of %s is already in %s: skipped", batchId, app_id, self._path)
                 _delete_files(self._path, files)
                 return
-            if not files and _same_offsets(offsets, _latest_metadata(table)):
+            if not files and _same_offsets(offsets, latest_metadata(table)):
                 return
         properties = CommitProperties(
             custom_metadata=commit_metadata(app_id, batchId, offsets),
@@ -402,6 +398,12 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
             .option("partitionBy", json.dumps(partition_by)).start())
 
 
+def _same_offsets(offsets: Optional[str], metadata: Optional[Mapping[str, Any]]) -> bool:
+    if metadata is None:
+        return False
+    return (json.loads(offsets) if offsets else None) == parse_offsets(metadata)
+
+
 def _columns(schema: Schema) -> list[str]:
     return [f"{f['name']} {json.dumps(f['type'])}" for f in json.loads(schema.to_json())["fields"]]
 
@@ -409,7 +411,7 @@ def _columns(schema: Schema) -> list[str]:
 def check_table_layout(path: str, schema: StructType, partition_by: Sequence[str]) -> None:
     """Fail unless an existing table at `path` has the stream's columns and partitioning
     (delta-rs would otherwise accept the files and silently hide or null columns)."""
-    table = _open_table(path)
+    table = open_table(path)
     if table is None:
         return
     ours, theirs = _columns(Schema.from_arrow(arrow_schema(schema))), _columns(table.schema())
@@ -420,81 +422,3 @@ def check_table_layout(path: str, schema: StructType, partition_by: Sequence[str
     if list(table.metadata().partition_columns) != list(partition_by):
         raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
                          f"the stream by {list(partition_by)}")
-
-
-# --- reading what the table holds --------------------------------------------------------
-
-def _open_table(path: str) -> Optional[DeltaTable]:
-    uri = checkpoint.normalize_location(path)
-    return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
-
-
-def _synclib_metadata(commit: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The `synclib.*` metadata of a history entry: top-level (delta-rs) or in userMetadata."""
-    if META_OFFSETS in commit:
-        return {k: v for k, v in commit.items() if k.startswith("synclib.")}
-    user = commit.get("userMetadata")
-    if isinstance(user, str):
-        try:
-            parsed = json.loads(user)
-        except ValueError:
-            return None
-        if isinstance(parsed, dict) and META_OFFSETS in parsed:
-            return parsed
-    return None
-
-
-def _latest_metadata(table: DeltaTable) -> Optional[dict[str, Any]]:
-    """The newest synclib commit's `synclib.*` metadata (the last 16 commits, then all history)."""
-    limit: Optional[int] = _HISTORY_PAGE
-    while True:
-        history = table.history(limit)
-        for commit in history:
-            found = _synclib_metadata(commit)
-            if found is not None:
-                return found
-        if limit is None or len(history) < limit:
-            return None
-        limit = None
-
-
-def _parse_offsets(metadata: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
-    if metadata is None or not metadata.get(META_OFFSETS):
-        return None
-    return json.loads(metadata[META_OFFSETS])
-
-
-def _same_offsets(offsets: Optional[str], metadata: Optional[Mapping[str, Any]]) -> bool:
-    if metadata is None:
-        return False
-    return (json.loads(offsets) if offsets else None) == _parse_offsets(metadata)
-
-
-def read_table_offsets(path: str) -> Optional[dict[str, Any]]:
-    """The source offsets (Spark's JSON, e.g. `{"events": {"0": 23}}`) of the table's latest
-    synclib commit; None when the table does not exist or has none."""
-    table = _open_table(path)
-    return None if table is None else _parse_offsets(_latest_metadata(table))
-
-
-@dataclass(frozen=True)
-class TableSummary:
-    version: int
-    rows: Optional[int]  # from the files' stats; None when a file has none
-    app_id: Optional[str]
-    batch_id: Optional[int]
-    offsets: Optional[dict[str, Any]]
-
-
-def table_summary(path: str) -> Optional[TableSummary]:
-    """Version, row count and latest synclib batch of the table; None when it does not exist."""
-    table = _open_table(path)
-    if table is None:
-        return None
-    records = pa.table(table.get_add_actions(flatten=True))["num_records"]
-    rows = None if records.null_count else int(pc.sum(records).as_py() or 0)
-    metadata = _latest_metadata(table) or {}
-    batch_id = metadata.get(META_BATCH_ID)
-    return TableSummary(version=table.version(), rows=rows, app_id=metadata.get(META_APP_ID),
-                        batch_id=None if batch_id is None else int(batch_id),
-                        offsets=_parse_offsets(metadata))
