@@ -93,6 +93,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_for: Optional[float] = None
         if config.kafka.embedded:
             bootstrap = resources.enter_context(_embedded_world(config)).bootstrap_servers
+            from synclib.status import advertise_embedded_broker  # `python -m synclib status` finds it
+            resources.enter_context(advertise_embedded_broker(config.checkpoint.location, bootstrap))
             run_for = config.embedded.run_for
         status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
         return Forwarder(config, bootstrap, transform, os.path.join(status_dir, "status.json")).run(stop, run_for)
