@@ -286,8 +286,8 @@ def _security(section: _Section) -> SecurityConfig:
         if is_set and not sasl:
             raise section.error(name, f"is a SASL setting but {protocol} is {config.protocol}; "
                                       "use SASL_PLAINTEXT or SASL_SSL")
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
-        if getattr(config, name) is not None and not ssl:
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname"):
+        if section.is_set(name) and not ssl:
             raise section.error(name, f"is an SSL setting but {protocol} is {config.protocol}; "
                                       "use SSL or SASL_SSL")
     if config.ssl_certfile is not None and config.ssl_keyfile is None:
