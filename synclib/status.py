@@ -130,7 +130,8 @@ def collect(config: ForwarderConfig, bootstrap_servers: str,
     try:
         commits = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
         partitions = sorted(set(metadata.partitions()) | set(follower))
-        high_watermarks = metadata.high_watermarks(tp for tp in partitions if tp not in _deleted(metadata, partitions))
+        # A partition known only from the table whose topic is gone has no high watermark.
+        high_watermarks = metadata.high_watermarks(tp for tp in partitions if tp[0] in metadata.topic_ids)
     finally:
         metadata.close()
     now = time.time()
@@ -150,11 +151,6 @@ def collect(config: ForwarderConfig, bootstrap_servers: str,
 
 def _table_offsets(offsets: Optional[Mapping[str, Mapping[str, int]]]) -> dict[TopicPartitionKey, int]:
     return {(topic, int(p)): offset for topic, per in (offsets or {}).items() for p, offset in per.items()}
-
-
-def _deleted(metadata: KafkaMetadata, partitions: Sequence[TopicPartitionKey]) -> set[TopicPartitionKey]:
-    """Partitions recorded in the table whose topic is gone (no high watermark to ask for)."""
-    return {tp for tp in partitions if tp[0] not in metadata.topic_ids}
 
 
 def _leader_commits(options: SourceOptions, timeout_s: float) -> dict[str, dict[TopicPartitionKey, Commit]]:
@@ -178,9 +174,11 @@ def _partition(tp: TopicPartitionKey, follower: Optional[int], high_watermark: O
                commits: Mapping[str, Mapping[TopicPartitionKey, Commit]], now: float) -> PartitionStatus:
     latest = {group: per_tp.get(tp) for group, per_tp in commits.items()}
     by_group = {group: (None if c is None else c.offset) for group, c in latest.items()}
-    leader = None if None in by_group.values() else min(by_group.values(), default=None)
+    known = [o for o in by_group.values() if o is not None]
+    leader = min(known) if len(known) == len(by_group) else None
+    # The gating group's newest commit: the oldest over the groups.
     stamps = [c.orig_message_ts for c in latest.values() if c is not None and c.orig_message_ts is not None]
-    age = round(now - min(stamps), 1) if stamps and len(stamps) == len(latest) else None
+    age = round(now - min(stamps), 1) if len(stamps) == len(latest) else None
     lag = None if follower is None or high_watermark is None else max(0, high_watermark - follower)
     return PartitionStatus(
         topic=tp[0], partition=tp[1],
