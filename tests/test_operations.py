@@ -66,6 +66,14 @@ def test_databricks_job_runs_the_forwarder_with_the_databricks_config(monkeypatc
     pypi = {lib["pypi"]["package"] for lib in task["libraries"] if "pypi" in lib}
     assert pypi == {d for d in project["dependencies"] if not d.startswith("pyspark")}  # the runtime has Spark
 
+    readme = (ROOT / "README.md").read_text()  # the deploy steps put everything where the job looks
+    assert f"import-dir --overwrite jobs {WORKSPACE_ROOT}jobs" in readme
+    assert f"import-dir --overwrite conf/databricks {WORKSPACE_ROOT}conf/databricks" in readme
+    assert f"dbfs:{Path(wheels[0]).parent}/" in readme
+    for reference in env.values():
+        scope, key = reference.strip("{}").split("/")[1:]
+        assert f"put-secret {scope} {key}" in readme
+
 
 # --- Kafka security --------------------------------------------------------------------------
 
