@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # synclib entry point.
-#   ./spark-submit.sh [spark-submit options] [jobs/forwarder.py options]   run the forwarder (default conf/local.yaml)
-#   ./spark-submit.sh jobs/benchmark.py [options]                         run another job
-#   ./spark-submit.sh status --config FILE [--json]                       per-partition status, no Spark
-#   ./spark-submit.sh test [pytest options]                               run the test suite
-# On first use it creates .venv (Python >= 3.10) with synclib and its dependencies;
+#   ./spark-submit.sh [spark-submit options] [forwarder options]     the forwarder (default --config conf/local.yaml)
+#   ./spark-submit.sh [spark-submit options] JOB.py [job options]    another job, e.g. jobs/benchmark.py
+#   ./spark-submit.sh status --config FILE [--json]                  per-partition status, no Spark
+#   ./spark-submit.sh test [pytest options]                          the test suite
+# Forwarder options (--config, --set, --available-now) may come before or after the
+# spark-submit options; everything after JOB.py goes to the job.
+# On first use it creates .venv (or $SYNCLIB_VENV) with synclib and its dependencies;
 # later runs reuse it and reinstall only when pyproject.toml changes.
+# Ctrl-C or SIGTERM: the forwarder stops after the batch in flight, prints its summary and
+# exits 0; a second one stops it at once.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +19,7 @@ die() { echo "spark-submit.sh: $*" >&2; exit 1; }
 
 find_python() {
   local candidate
-  for candidate in "${PYTHON:-}" python3.11 python3.12 python3.13 python3.10 python3; do
+  for candidate in "${PYTHON:-}" python3 python3.13 python3.12 python3.11 python3.10; do
     [ -n "$candidate" ] || continue
     if command -v "$candidate" >/dev/null 2>&1 &&
        "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
@@ -26,20 +30,26 @@ find_python() {
 }
 
 check_java() {
-  local java="${JAVA_HOME:+$JAVA_HOME/bin/}java" version
-  command -v "$java" >/dev/null 2>&1 || die "Java 17 or newer is required (no 'java' on PATH and JAVA_HOME unset)."
+  local java="${JAVA_HOME:+$JAVA_HOME/bin/}java" version major
+  command -v "$java" >/dev/null 2>&1 ||
+    die "Java 17 or newer is required: no 'java' on PATH${JAVA_HOME:+ or in JAVA_HOME=$JAVA_HOME}. Install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless, brew install openjdk@17)."
   version="$("$java" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')"
-  [ "${version%%.*}" -ge 17 ] 2>/dev/null || die "Java 17 or newer is required; found '$version' ($java)."
+  major="${version%%.*}"
+  [ "$major" = "1" ] && major="$(echo "$version" | cut -d. -f2)"  # 1.8.0_x is Java 8
+  [ "$major" -ge 17 ] 2>/dev/null ||
+    die "Java 17 or newer is required; $(command -v "$java") is version '${version:-unknown}'. Set JAVA_HOME to a JDK 17+."
 }
 
 prepare_env() {
   local python stamp want
   stamp="$VENV/.synclib-installed"
-  want="$(cat "$ROOT/pyproject.toml" | cksum)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  python="$(find_python)" || die "Python 3.10 or newer is required (set PYTHON=/path/to/python3)."
-  echo "spark-submit.sh: preparing $VENV (first run; reused afterwards)" >&2
-  [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+  want="$(cksum < "$ROOT/pyproject.toml")"
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  python="$(find_python)" ||
+    die "Python 3.10 or newer is required: none of python3, python3.1x on PATH is. Install one or set PYTHON=/path/to/python3.10+."
+  echo "spark-submit.sh: preparing $VENV with $("$python" --version) (first run, a few minutes; reused afterwards)" >&2
+  [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV" ||
+    die "cannot create a virtual environment with $python (on Debian/Ubuntu: apt-get install python3-venv)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]"
   echo "$want" > "$stamp"
@@ -58,30 +68,58 @@ case "${1:-}" in
     shift; exec "$VENV/bin/python" -m synclib status "$@" ;;
 esac
 
-# Spark options (--master, --conf ...) come first, then the job file, then its arguments.
-spark_args=(); job=""
+# Split: spark-submit options, the job file, the job's options.
+spark_args=(); job=""; job_args=(); master=""; py_files=""
 while [ $# -gt 0 ]; do
   case "$1" in
     *.py) job="$1"; shift; break ;;
-    --*=*|--verbose|--supervise) spark_args+=("$1"); shift ;;
-    --*) [ $# -ge 2 ] || die "option $1 needs a value"; spark_args+=("$1" "$2"); shift 2 ;;
-    *) break ;;
+    --config|--set) [ $# -ge 2 ] || die "option $1 needs a value"; job_args+=("$1" "$2"); shift 2 ;;
+    --config=*|--set=*|--available-now) job_args+=("$1"); shift ;;
+    --py-files) [ $# -ge 2 ] || die "option $1 needs a value"; py_files=",$2"; shift 2 ;;
+    --py-files=*) py_files=",${1#--py-files=}"; shift ;;
+    --master=*) master="${1#--master=}"; spark_args+=("$1"); shift ;;
+    --master) [ $# -ge 2 ] || die "option $1 needs a value"; master="$2"; spark_args+=("$1" "$2"); shift 2 ;;
+    --*=*|--verbose|-v|--supervise|--help|-h|--version) spark_args+=("$1"); shift ;;
+    -*) [ $# -ge 2 ] || die "option $1 needs a value"; spark_args+=("$1" "$2"); shift 2 ;;
+    *) die "unexpected argument '$1' (a job file ends in .py; forwarder options are --config, --set, --available-now)" ;;
   esac
 done
-job_args=("$@")
-if [ -z "$job" ]; then
-  job="$ROOT/jobs/forwarder.py"
+job_args+=("$@")
+job="${job:-$ROOT/jobs/forwarder.py}"
+if [ "$(basename "$job")" = "forwarder.py" ] && [[ " ${job_args[*]:-} " != *" --config "* ]] &&
+   [[ " ${job_args[*]:-} " != *" --config="* ]]; then
+  job_args=(--config "$ROOT/conf/local.yaml" ${job_args[@]+"${job_args[@]}"})
 fi
-if [ "$(basename "$job")" = "forwarder.py" ] && [[ " ${job_args[*]:-} " != *" --config "* ]]; then
-  job_args=(--config "$ROOT/conf/local.yaml" "${job_args[@]}")
-fi
-# Ship synclib to executors (a no-op in local mode, needed for cluster deploy modes).
+
+# Defaults first: spark-submit options given by the user come later and win.
+defaults=(--conf spark.log.level=WARN --conf "spark.pyspark.driver.python=$VENV/bin/python")
+case "$master" in
+  ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
+  # A cluster: executors need a Python with the dependencies, e.g. --archives env.tar.gz#env
+  # --conf spark.pyspark.python=./env/bin/python (see README, "Running against a real cluster").
+esac
+# Ship synclib to executors (a no-op in local mode, needed on a cluster).
 zip_path="$VENV/synclib.zip"
-(cd "$ROOT" && "$VENV/bin/python" -c 'import sys, zipfile, pathlib
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for p in sorted(pathlib.Path("synclib").rglob("*.py")): z.write(p)' "$zip_path")
-exec "$VENV/bin/spark-submit" \
-  --conf "spark.pyspark.python=$VENV/bin/python" \
-  --conf "spark.pyspark.driver.python=$VENV/bin/python" \
-  --py-files "$zip_path" \
-  "${spark_args[@]}" "$job" "${job_args[@]}"
+"$VENV/bin/python" - "$zip_path" <<'EOF'
+import os, pathlib, sys, zipfile
+tmp = pathlib.Path(f"{sys.argv[1]}.{os.getpid()}.tmp")
+with zipfile.ZipFile(tmp, "w") as archive:
+    for path in sorted(pathlib.Path("synclib").rglob("*.py")):
+        archive.write(path)
+tmp.replace(sys.argv[1])
+EOF
+
+# Run spark-submit in its own process group and forward Ctrl-C/SIGTERM to it as one SIGTERM:
+# a terminal's Ctrl-C would otherwise also reach the Python processes Spark runs next to the
+# driver (the source's planner), which must not die before the driver has stopped the query.
+set -m
+"$VENV/bin/spark-submit" "${defaults[@]}" --py-files "$zip_path$py_files" \
+  ${spark_args[@]+"${spark_args[@]}"} "$job" ${job_args[@]+"${job_args[@]}"} &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
+status=0
+while :; do
+  wait "$child" && status=0 || status=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+exit "$status"

@@ -1,8 +1,9 @@
 """The forwarder job: config -> SparkSession -> synchronized_kafka source -> transform -> Delta.
 
 Run as `spark-submit jobs/forwarder.py --config FILE [--set key=value ...] [--available-now]`.
-Exit codes: 0 done or stopped by SIGTERM/SIGINT, 1 the query failed, 2 invalid configuration
-(nothing started).
+Exit codes: 0 done, or stopped by SIGTERM/SIGINT after the batch in flight; 1 the query
+failed; 2 invalid configuration (checked before Spark starts); 130 a second signal stopped
+the job at once (the interrupted batch is replayed, exactly once, on restart).
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from synclib.config import ConfigError, ForwarderConfig, load_config
 
+if TYPE_CHECKING:  # pyspark, deltalake: imported only once the configuration is valid
+    from synclib.progress import ProgressReporter
+
 logger = logging.getLogger("synclib.forwarder")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "local.yaml")
 GRACEFUL_STOP_TIMEOUT_S = 120.0
+SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
 
 Transform = Callable[[Any], Any]
 
@@ -61,18 +66,71 @@ def configure_logging(level: str) -> None:
 
 
 class StopRequest:
-    """Set by SIGTERM/SIGINT: the query stops after the batch in flight."""
+    """SIGTERM/SIGINT: stop after the batch in flight; the same signal again stops at once.
+
+    Under `spark-submit` the JVM (SparkSubmit) is the parent of this Python driver: `kill
+    <pid>` reaches the JVM, whose default handler would shut Spark down under the query.
+    `install` therefore also replaces the JVM's handlers (a py4j callback into Python).
+    A second signal finds the previous handlers in place: Python raises KeyboardInterrupt,
+    the JVM shuts down.
+    """
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.reason: Optional[str] = None
+        self._jvm_handler: Optional[_JvmSignalHandler] = None
 
-    def install(self) -> None:
+    def install(self, spark: Any) -> None:
+        """Call after the SparkSession exists (SparkContext installs its own SIGINT handler)."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._handle)
+        self._jvm_handler = _JvmSignalHandler.install(spark, self)
+
+    def request(self, reason: str) -> None:
+        if not self.event.is_set():
+            self.reason = reason
+            logger.warning("%s: stopping after the batch in flight (again to stop at once)", reason)
+        self.event.set()
 
     def _handle(self, signum: int, frame: object) -> None:
-        logger.warning("%s received: stopping after the batch in flight", signal.Signals(signum).name)
-        self.event.set()
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        self.request(f"{signal.Signals(signum).name} received")
+
+
+class _JvmSignalHandler:
+    """A `sun.misc.SignalHandler` implemented in Python, for TERM and INT of the driver JVM."""
+
+    SIGNALS = ("TERM", "INT")
+
+    def __init__(self, jvm: Any, stop: StopRequest) -> None:
+        self._jvm = jvm
+        self._stop = stop
+        self._previous: dict[str, Any] = {}
+
+    @classmethod
+    def install(cls, spark: Any, stop: StopRequest) -> Optional[_JvmSignalHandler]:
+        jvm = getattr(spark, "_jvm", None)
+        if jvm is None:  # Spark Connect: no JVM in this process tree
+            return None
+        from py4j.protocol import Py4JError
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        ensure_callback_server_started(spark.sparkContext._gateway)
+        handler = cls(jvm, stop)
+        for name in cls.SIGNALS:
+            try:
+                handler._previous[name] = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), handler)
+            except Py4JError as exc:
+                logger.warning("cannot handle SIG%s in the JVM (%s): it stops Spark at once", name, exc)
+        return handler
+
+    def handle(self, sig: Any) -> None:
+        name = sig.getName()
+        self._jvm.sun.misc.Signal.handle(sig, self._previous[name])
+        self._stop.request(f"SIG{name} received")
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -86,24 +144,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG
     configure_logging(config.logging.level)
     logger.info("configuration %s: %s", args.config, json.dumps(config.redacted(), default=str))
-    stop = StopRequest()
-    stop.install()
-    with ExitStack() as resources:
-        bootstrap = config.kafka.bootstrap_servers
-        run_for: Optional[float] = None
-        if config.kafka.embedded:
-            bootstrap = resources.enter_context(_embedded_world(config)).bootstrap_servers
-            from synclib.status import advertise_embedded_broker  # `python -m synclib status` finds it
-            resources.enter_context(advertise_embedded_broker(config.checkpoint.location, bootstrap))
-            run_for = config.embedded.run_for
-        status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
-        return Forwarder(config, bootstrap, transform, os.path.join(status_dir, "status.json")).run(stop, run_for)
+    try:
+        return Forwarder(config, transform).run()
+    except KeyboardInterrupt:
+        print("forwarder: stopped at once by a second signal; the batch in flight is replayed "
+              "on restart", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
 
 def _embedded_world(config: ForwarderConfig) -> Any:
     from synclib.simulation import EmbeddedWorld
 
     embedded = config.embedded
+    assert embedded is not None
     world = EmbeddedWorld(
         events_topic=config.source.topics[0],
         commit_log_topic=config.source.commit_log_topic or "commit-log",
@@ -120,37 +173,59 @@ def _embedded_world(config: ForwarderConfig) -> Any:
 
 
 class Forwarder:
-    """One run of the streaming query, with progress output and a graceful stop."""
+    """One run of the streaming query, with progress output, a graceful stop and a summary."""
 
-    def __init__(self, config: ForwarderConfig, bootstrap: str, transform: Optional[Transform],
-                 status_path: str) -> None:
+    def __init__(self, config: ForwarderConfig, transform: Optional[Transform]) -> None:
         self.config = config
-        self.bootstrap = bootstrap
         self.transform = transform
-        self.status_path = status_path
 
-    def source_options(self) -> dict[str, str]:
-        from synclib import checkpoint, sink
+    def run(self) -> int:
+        spark = self._session()
+        stop = StopRequest()
+        stop.install(spark)
+        with ExitStack() as resources:
+            bootstrap = self.config.kafka.bootstrap_servers
+            run_for: Optional[float] = None
+            if self.config.kafka.embedded:
+                assert self.config.embedded is not None
+                bootstrap = resources.enter_context(_embedded_world(self.config)).bootstrap_servers
+                from synclib.status import advertise_embedded_broker  # `python -m synclib status` finds it
+                resources.enter_context(advertise_embedded_broker(self.config.checkpoint.location, bootstrap))
+                run_for = self.config.embedded.run_for
+            status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
+            status_path = os.path.join(status_dir, "status.json")
+            if stop.event.is_set():
+                return self._finish(status_path, f"{stop.reason} before the query started")
+            query = self._start(spark, bootstrap, status_path)
+            return self._watch(query, stop, run_for, status_path)
 
-        options = self.config.source_options(self.bootstrap)
-        options["statusFile"] = self.status_path
+    def _session(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
+        if spark.conf.get("spark.log.level", None) is None:
+            spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
+        return spark
+
+    def source_options(self, bootstrap: str, status_path: str) -> dict[str, str]:
+        from synclib import checkpoint, table
+
+        options = self.config.source_options(bootstrap)
+        options["statusFile"] = status_path
         if self.config.sink.resume_from_table and checkpoint.query_id(self.config.checkpoint.location) is None:
-            recorded = sink.read_table_offsets(self.config.sink.path)
+            recorded = table.read_table_offsets(self.config.sink.path)
             if recorded:
                 logger.info("new checkpoint on an existing table: resuming from the table's offsets %s",
                             json.dumps(recorded))
                 options["startingOffsets"] = json.dumps(recorded)
         return options
 
-    def start(self) -> Any:
-        from pyspark.sql import SparkSession
-
+    def _start(self, spark: Any, bootstrap: str, status_path: str) -> Any:
         from synclib import sink, source
 
-        spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
-        spark.sparkContext.setLogLevel("WARN")
         source.register(spark)
-        df = spark.readStream.format(source.FORMAT_NAME).options(**self.source_options()).load()
+        df = (spark.readStream.format(source.FORMAT_NAME)
+              .options(**self.source_options(bootstrap, status_path)).load())
         if self.transform is not None:
             df = self.transform(df)
         trigger = self.config.trigger
@@ -166,46 +241,42 @@ class Forwarder:
             query_name="synclib_forwarder",
         )
 
-    def run(self, stop: StopRequest, run_for: Optional[float]) -> int:
+    def _watch(self, query: Any, stop: StopRequest, run_for: Optional[float], status_path: str) -> int:
         from pyspark.errors import StreamingQueryException
 
-        query = self.start()
-        deadline = None if run_for is None else time.monotonic() + run_for
-        printed = -1
+        from synclib.progress import ProgressReporter
+
+        reporter = ProgressReporter()
+        started = time.monotonic()
+        reason = "Trigger.AvailableNow: everything releasable at the start was forwarded"
         try:
-            while query.isActive:
-                if query.awaitTermination(self.config.logging.progress_interval):
-                    break
-                printed = self._print_progress(query, printed)
-                if stop.event.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                    self._stop_gracefully(query)
+            while not query.awaitTermination(self.config.logging.progress_interval):
+                self._report(query, reporter, status_path)
+                if stop.event.is_set():
+                    reason = stop.reason or "stop requested"
+                elif run_for is not None and time.monotonic() - started >= run_for:
+                    reason = f"embedded.run_for ({run_for:g}s) elapsed"
+                else:
+                    continue
+                self._stop_gracefully(query)
+                break
             query.awaitTermination()
         except StreamingQueryException as exc:
+            self._report(query, reporter, status_path)
             print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
-                  file=sys.stderr)
+                  file=sys.stderr, flush=True)
             return EXIT_FAILED
-        self._print_progress(query, printed)
-        self._print_summary()
-        return EXIT_OK
+        self._report(query, reporter, status_path)
+        headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
+                    f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
+        return self._finish(status_path, headline)
 
-    def _status(self) -> Optional[dict[str, Any]]:
-        try:
-            with open(self.status_path) as status:
-                return json.load(status)
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def _print_progress(self, query: Any, printed: int) -> int:
-        from synclib.progress import format_batch
-
+    def _report(self, query: Any, reporter: ProgressReporter, status_path: str) -> None:
         if not self.config.logging.progress:
-            return printed
-        status = self._status()
-        for progress in query.recentProgress:
-            if progress.batchId > printed and progress.numInputRows is not None:
-                print(format_batch(json.loads(progress.json), status), flush=True)
-                printed = progress.batchId
-        return printed
+            return
+        progresses = [json.loads(p.json) for p in query.recentProgress]
+        for line in reporter.update(progresses, _read_status(status_path)):
+            print(line, flush=True)
 
     @staticmethod
     def _stop_gracefully(query: Any) -> None:
@@ -215,9 +286,18 @@ class Forwarder:
             time.sleep(0.05)
         query.stop()
 
-    def _print_summary(self) -> None:
+    def _finish(self, status_path: str, headline: str) -> int:
         from synclib.progress import format_summary
-        from synclib.sink import table_summary
+        from synclib.table import table_summary
 
-        print(format_summary(self.config.sink.path, table_summary(self.config.sink.path), self._status()),
-              flush=True)
+        path = self.config.sink.path
+        print(format_summary(path, table_summary(path), _read_status(status_path), headline), flush=True)
+        return EXIT_OK
+
+
+def _read_status(path: str) -> Optional[dict[str, Any]]:
+    try:
+        with open(path) as status:
+            return json.load(status)
+    except (FileNotFoundError, ValueError):
+        return None
