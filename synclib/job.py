@@ -203,7 +203,7 @@ class Forwarder:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
-        if spark.conf.get("spark.log.level", None) is None:
+        if getattr(spark, "_jvm", None) is not None and not spark.sparkContext.getConf().contains("spark.log.level"):
             spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
         return spark
 
