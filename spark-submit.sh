@@ -50,8 +50,11 @@ prepare_env() {
   echo "spark-submit.sh: preparing $VENV with $("$python" --version) (first run, a few minutes; reused afterwards)" >&2
   [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV" ||
     die "cannot create a virtual environment with $python (on Debian/Ubuntu: apt-get install python3-venv)"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]"
+  if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
+         "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$ROOT[test]"; } > "$VENV/install.log" 2>&1; then
+    tail -n 25 "$VENV/install.log" >&2
+    die "installing the dependencies into $VENV failed (full log: $VENV/install.log; PyPI must be reachable)"
+  fi
   echo "$want" > "$stamp"
 }
 
@@ -69,7 +72,7 @@ case "${1:-}" in
 esac
 
 # Split: spark-submit options, the job file, the job's options.
-spark_args=(); job=""; job_args=(); master=""; py_files=""
+spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""
 while [ $# -gt 0 ]; do
   case "$1" in
     *.py) job="$1"; shift; break ;;
@@ -77,6 +80,8 @@ while [ $# -gt 0 ]; do
     --config=*|--set=*|--available-now) job_args+=("$1"); shift ;;
     --py-files) [ $# -ge 2 ] || die "option $1 needs a value"; py_files=",$2"; shift 2 ;;
     --py-files=*) py_files=",${1#--py-files=}"; shift ;;
+    --deploy-mode=*) deploy_mode="${1#--deploy-mode=}"; spark_args+=("$1"); shift ;;
+    --deploy-mode) [ $# -ge 2 ] || die "option $1 needs a value"; deploy_mode="$2"; spark_args+=("$1" "$2"); shift 2 ;;
     --master=*) master="${1#--master=}"; spark_args+=("$1"); shift ;;
     --master) [ $# -ge 2 ] || die "option $1 needs a value"; master="$2"; spark_args+=("$1" "$2"); shift 2 ;;
     --*=*|--verbose|-v|--supervise|--help|-h|--version) spark_args+=("$1"); shift ;;
@@ -92,7 +97,8 @@ if [ "$(basename "$job")" = "forwarder.py" ] && [[ " ${job_args[*]:-} " != *" --
 fi
 
 # Defaults first: spark-submit options given by the user come later and win.
-defaults=(--conf spark.log.level=WARN --conf "spark.pyspark.driver.python=$VENV/bin/python")
+defaults=(--conf spark.log.level=WARN)
+[ "$deploy_mode" = cluster ] || defaults+=(--conf "spark.pyspark.driver.python=$VENV/bin/python")
 case "$master" in
   ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
   # A cluster: executors need a Python with the dependencies, e.g. --archives env.tar.gz#env
