@@ -48,18 +48,19 @@ _consumers: dict[tuple, KafkaConsumer] = {}
 _consumers_lock = threading.Lock()
 
 
+def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python kwargs of the read path's consumers (also used by the benchmark's reference)."""
+    return {**READ_DEFAULTS, **kafkaconf.for_consumer(client_config), "group_id": None,
+            "enable_auto_commit": False, "auto_offset_reset": "earliest",
+            "client_id": "synclib-reader"}
+
+
 def _cached_consumer(client_config: Mapping[str, Any]) -> KafkaConsumer:
     key = tuple(sorted((k, repr(v)) for k, v in client_config.items()))
     with _consumers_lock:
         consumer = _consumers.get(key)
         if consumer is None:
-            consumer = KafkaConsumer(
-                **{**READ_DEFAULTS, **kafkaconf.for_consumer(client_config)},
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                client_id="synclib-reader",
-            )
+            consumer = KafkaConsumer(**consumer_settings(client_config))
             _consumers[key] = consumer
         return consumer
 

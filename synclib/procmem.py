@@ -1,0 +1,178 @@
+"""Peak resident memory and CPU time of a Spark driver's process tree, from /proc (Linux; no psutil).
+
+`VmHWM` is a process's peak RSS. Writing `5` to `/proc/<pid>/clear_refs` resets it to the
+current RSS, so one long-lived process tree can be measured phase by phase. A sampler
+thread keeps the highest value seen per process, and its latest CPU time, so processes
+that exit mid-phase count (their CPU time up to the last sample).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+KIB = 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcessPeak:
+    pid: int
+    role: str
+    peak_bytes: int
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as file:
+            return file.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def peak_rss(pid: int) -> Optional[int]:
+    """VmHWM of `pid` in bytes; None when the process is gone."""
+    status = _read(f"/proc/{pid}/status")
+    if status is None:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * KIB
+    return None
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset VmHWM of `pid` to its current RSS; False when not permitted or gone."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as file:
+            file.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU time of `pid`; None when the process is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _read(f"/proc/{entry}/stat")
+            if stat:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
+    """`root` and every process below it, skipping the subtrees of `exclude`."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    skipped, found, todo = set(exclude), [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in skipped:
+            continue
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
+    """jvm, driver (the Python driver), python-worker (executor side) or python-driver-runner
+    (Spark's driver-side Python processes: a data source's planning and commit calls)."""
+    if pid == jvm_pid:
+        return "jvm"
+    if pid == driver_pid:
+        return "driver"
+    cmdline = (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ")
+    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "python-worker"
+    return "python-driver-runner" if "python" in cmdline else "other"
+
+
+class TreeMemory:
+    """Peak RSS and CPU time per process of the tree under the JVM (plus the Python driver)
+    over a phase; `others` ({pid: role}, e.g. an embedded broker) are counted for CPU time.
+
+    In spark-submit the JVM starts the Python driver; in-process (pytest) the driver starts
+    the JVM. Either way, children of the Python driver (an embedded broker) are excluded
+    from the tree.
+    """
+
+    def __init__(self, jvm_pid: int, others: Optional[dict[int, str]] = None, interval_s: float = 0.2) -> None:
+        self._jvm = jvm_pid
+        self._driver = os.getpid()
+        self._others = dict(others or {})
+        self._interval_s = interval_s
+        self._peaks: dict[int, ProcessPeak] = {}
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _tree(self) -> list[int]:
+        excluded = [pid for pid, parent in _parents().items() if parent == self._driver and pid != self._jvm]
+        pids = descendants(self._jvm, exclude=excluded + [self._driver])
+        return pids + [self._driver]
+
+    def _sample(self) -> None:
+        for pid in self._tree():
+            peak = peak_rss(pid)
+            if peak is not None and peak > self._peaks.get(pid, ProcessPeak(pid, "", 0)).peak_bytes:
+                self._peaks[pid] = ProcessPeak(pid, role(pid, self._jvm, self._driver), peak)
+            self._sample_cpu(pid, self._peaks[pid].role if pid in self._peaks else "other")
+        for pid, name in self._others.items():
+            self._sample_cpu(pid, name)
+
+    def _sample_cpu(self, pid: int, name: str) -> None:
+        seconds = cpu_seconds(pid)
+        if seconds is not None:
+            self._cpu_start.setdefault(pid, seconds)
+            self._cpu_last[pid] = (name, seconds)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def __enter__(self) -> "TreeMemory":
+        for pid in self._tree():
+            reset_peak(pid)
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="tree-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    def peaks(self) -> list[ProcessPeak]:
+        return sorted(self._peaks.values(), key=lambda p: (p.role, p.pid))
+
+    def summary_mib(self) -> dict[str, float]:
+        """Per role the largest single-process peak, and `total`: the sum of all peaks."""
+        by_role: dict[str, float] = {}
+        for peak in self._peaks.values():
+            by_role[peak.role] = max(by_role.get(peak.role, 0.0), peak.peak_bytes / 2**20)
+        by_role["total"] = sum(p.peak_bytes for p in self._peaks.values()) / 2**20
+        return {k: round(v, 1) for k, v in sorted(by_role.items())}
+
+    def cpu_seconds_by_role(self) -> dict[str, float]:
+        """CPU seconds used during the phase, summed per role (processes started during the
+        phase count from their first sample)."""
+        used: dict[str, float] = {}
+        for pid, (name, seconds) in self._cpu_last.items():
+            used[name] = used.get(name, 0.0) + seconds - self._cpu_start[pid]
+        return {k: round(v, 2) for k, v in sorted(used.items())}
