@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
-from synclib import kafkaconf
+from synclib import arrowfetch, kafkaconf
+from synclib.arrowfetch import DecodedRecords
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ def _cached_consumer(client_config: Mapping[str, Any]) -> KafkaConsumer:
     with _consumers_lock:
         consumer = _consumers.get(key)
         if consumer is None:
-            consumer = KafkaConsumer(**consumer_settings(client_config))
+            consumer = arrowfetch.install(KafkaConsumer(**consumer_settings(client_config)))
             _consumers[key] = consumer
         return consumer
 
@@ -82,17 +84,11 @@ def read_partition(
     tp = TopicPartition(task.topic, task.partition)
     consumer.assign([tp])
     consumer.seek(tp, task.start)
-    builder = _BatchBuilder(schema, include_headers)
     last_progress = time.monotonic()
     position = task.start
     while position < task.end:
-        records = consumer.poll(timeout_ms=poll_timeout_ms).get(tp, ())
-        for record in records:
-            if record.offset >= task.end:
-                break
-            builder.add(record)
-            if builder.rows >= ARROW_BATCH_ROWS:
-                yield builder.flush()
+        for records in consumer.poll(timeout_ms=poll_timeout_ms).get(tp, ()):
+            yield from _arrow_batches(records, task.end, schema, include_headers)
         new_position = consumer.position(tp)
         if new_position > position:
             position, last_progress = new_position, time.monotonic()
@@ -112,54 +108,16 @@ def read_partition(
                 raise KafkaDataLossError(message + "; set failOnDataLoss=false to continue")
             logger.warning("%s; continuing because failOnDataLoss=false", message)
             break
-    if builder.rows:
-        yield builder.flush()
 
 
-class _BatchBuilder:
-    """Accumulates consumer records column by column and emits Arrow record batches."""
-
-    def __init__(self, schema: pa.Schema, include_headers: bool) -> None:
-        self._schema = schema
-        self._include_headers = include_headers
-        self._reset()
-
-    def _reset(self) -> None:
-        self.rows = 0
-        self._keys: list[Optional[bytes]] = []
-        self._values: list[Optional[bytes]] = []
-        self._topics: list[str] = []
-        self._partitions: list[int] = []
-        self._offsets: list[int] = []
-        self._timestamps: list[int] = []
-        self._timestamp_types: list[int] = []
-        self._headers: list[list[dict[str, Any]]] = []
-
-    def add(self, record: Any) -> None:
-        self.rows += 1
-        self._keys.append(record.key)
-        self._values.append(record.value)
-        self._topics.append(record.topic)
-        self._partitions.append(record.partition)
-        self._offsets.append(record.offset)
-        self._timestamps.append(record.timestamp * 1000)
-        self._timestamp_types.append(max(record.timestamp_type, 0))
-        if self._include_headers:
-            self._headers.append([{"key": k, "value": v} for k, v in (record.headers or ())])
-
-    def flush(self) -> pa.RecordBatch:
-        fields = self._schema
-        columns = [
-            pa.array(self._keys, fields.field("key").type),
-            pa.array(self._values, fields.field("value").type),
-            pa.array(self._topics, fields.field("topic").type),
-            pa.array(self._partitions, fields.field("partition").type),
-            pa.array(self._offsets, fields.field("offset").type),
-            pa.array(self._timestamps, pa.int64()).cast(fields.field("timestamp").type),
-            pa.array(self._timestamp_types, fields.field("timestampType").type),
-        ]
-        if self._include_headers:
-            columns.append(pa.array(self._headers, fields.field("headers").type))
-        batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
-        self._reset()
-        return batch
+def _arrow_batches(records: DecodedRecords, end: int, schema: pa.Schema,
+                   include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """`records` below offset `end`, in `schema`, at most ARROW_BATCH_ROWS rows per batch."""
+    rows = records.batch
+    below_end = rows.num_rows if records.offset < end else pc.sum(pc.less(rows.column("offset"), pa.scalar(end, pa.int64()))).as_py()
+    for start in range(0, below_end, ARROW_BATCH_ROWS):
+        length = min(ARROW_BATCH_ROWS, below_end - start)
+        columns = rows.slice(start, length).columns
+        if include_headers:
+            columns.append(records.headers(start, start + length, schema.field("headers").type))
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
