@@ -55,6 +55,11 @@ DATE_COLUMN = "date"
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
 _STRING_STATS_PREFIX = 32
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# Parquet layout: rows are buffered per file into row groups of about this size, and the
+# payload columns (unique per row) get neither dictionary encoding nor Parquet statistics:
+# both only cost CPU there (Delta keeps its own file statistics).
+ROW_GROUP_BYTES = 32 << 20
+_PAYLOAD_COLUMNS = ("value", "headers")
 
 
 def commit_metadata(app_id: str, batch_id: int, offsets: Optional[str]) -> dict[str, Any]:
@@ -153,19 +158,33 @@ class _ParquetPart:
         self._partition_values = dict(partition_values)
         if isinstance(filesystem, fs.LocalFileSystem):
             filesystem.create_dir(f"{root}/{directory}".rstrip("/"), recursive=True)
-        self._writer = pq.ParquetWriter(self._full_path, schema, filesystem=filesystem,
-                                        compression="zstd")
+        indexed = [name for name in schema.names if name not in _PAYLOAD_COLUMNS]
+        self._writer = pq.ParquetWriter(self._full_path, schema, filesystem=filesystem, compression="zstd",
+                                        use_dictionary=indexed, write_statistics=indexed)
         self._stats = _FileStats(schema)
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = 0
 
     def write(self, table: pa.Table) -> None:
-        self._writer.write_table(table)
         self._stats.update(table)
+        self._pending.append(table)
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            rows = pa.concat_tables(self._pending)
+            self._writer.write_table(rows, row_group_size=rows.num_rows)
+            self._pending, self._pending_bytes = [], 0
 
     def discard(self) -> None:
+        self._pending = []
         self._writer.close()
         self._filesystem.delete_file(self._full_path)
 
     def close(self) -> AddAction:
+        self._flush()
         self._writer.close()
         info = self._filesystem.get_file_info(self._full_path)
         mtime_ms = info.mtime_ns // 1_000_000 if info.mtime_ns else int(time.time() * 1000)
@@ -182,7 +201,11 @@ def _split_partitions(table: pa.Table, partition_by: Sequence[str]
         yield (), table
         return
     keys = table.select(list(partition_by)).group_by(list(partition_by), use_threads=False)
-    for combo in keys.aggregate([]).to_pylist():
+    combos = keys.aggregate([]).to_pylist()
+    if len(combos) == 1:  # the usual case (one date per batch): no copy
+        yield tuple(_partition_value(combos[0][name]) for name in partition_by), table.drop_columns(list(partition_by))
+        return
+    for combo in combos:
         mask = None
         for name in partition_by:
             value = combo[name]
