@@ -376,11 +376,12 @@ class Bench:
                     steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
                 latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
                              for offsets, published in steps]
+                batches = [json.loads(p.json) for p in query.recentProgress]
         finally:
             producer.stop()
         return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
                 "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
-                "samples_s": [round(x, 3) for x in latencies]}
+                "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches)}
 
     def _wait_produced(self, producer: Any) -> PartitionEnds:
         deadline = time.monotonic() + 60
@@ -390,6 +391,12 @@ class Bench:
                 raise TimeoutError("the latency phase's producer wrote nothing in 60s")
             time.sleep(0.05)
         return produced
+
+
+def _median_durations(batches: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Median of each phase of Spark's `durationMs` over the batches that read rows."""
+    busy = [b["durationMs"] for b in batches if b.get("numInputRows")]
+    return {k: statistics.median(d.get(k, 0) for d in busy) for k in sorted({k for d in busy for k in d})}
 
 
 # --- running and reporting -----------------------------------------------------------------
