@@ -143,6 +143,14 @@ def assert_positions(spark: SparkSession, table: str, ends: Mapping[int, int]) -
                        ignore_row_order=True, ignore_nullable=True)
 
 
+def venv_is_prepared() -> bool:
+    """Whether spark-submit.sh would run with this interpreter's venv as it is (see prepare_env)."""
+    stamp = Path(sys.prefix) / ".synclib-installed"
+    with open(ROOT / "pyproject.toml", "rb") as pyproject:
+        want = subprocess.run(["cksum"], stdin=pyproject, capture_output=True, text=True).stdout
+    return stamp.exists() and stamp.read_text() == want
+
+
 def lose_spark_commit(checkpoint: str, batch_id: int) -> None:
     """What a crash between the Delta commit and Spark's checkpoint commit leaves behind."""
     commits = Path(checkpoint) / "commits"
@@ -225,8 +233,9 @@ def test_sigterm_to_spark_submit_stops_after_the_batch_in_flight_and_a_restart_c
 
 def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
         spark: SparkSession, tmp_path: Path) -> None:
-    if not (Path(sys.prefix) / ".synclib-installed").exists():
-        pytest.skip(f"{sys.prefix} was not prepared by spark-submit.sh, which would install into it")
+    if not venv_is_prepared():
+        pytest.skip(f"{sys.prefix} is not a venv prepared by spark-submit.sh for this pyproject.toml "
+                    "(the script would install into it); run the tests with ./spark-submit.sh test")
     config = tmp_path / "embedded.yaml"
     settings = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
     settings["sink"]["path"] = str(tmp_path / "table")
