@@ -265,6 +265,9 @@ class Forwarder:
             self._report(query, reporter, status_path)
             print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
                   file=sys.stderr, flush=True)
+            failed = failed_batch(exc)
+            if failed:
+                print(f"forwarder: the failed micro-batch covers {failed}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         self._report(query, reporter, status_path)
         headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
@@ -293,6 +296,27 @@ class Forwarder:
         path = self.config.sink.path
         print(format_summary(path, table_summary(path), _read_status(status_path), headline), flush=True)
         return EXIT_OK
+
+
+def failed_batch(exc: Any) -> Optional[str]:
+    """The Kafka offsets of the micro-batch a query failed in, e.g. `events[0] offsets [5, 9)`,
+    from the JVM's StreamingQueryException (one JSON, or `-`, per source in `[...]`); None
+    when unknown (Spark Connect, or a failure outside a batch)."""
+    try:
+        start, end = (str(offsets)[1:-1] for offsets in (exc._origin.startOffset(), exc._origin.endOffset()))
+        first = {} if start == "-" else json.loads(start)
+        last = json.loads(end)
+    except Exception:  # noqa: BLE001 - any other shape: nothing to add to the error
+        return None
+    ranges = []
+    for topic, partitions in sorted(last.items()):
+        for partition, stop in sorted(partitions.items(), key=lambda item: int(item[0])):
+            begin = first.get(topic, {}).get(partition)
+            if begin is None:
+                ranges.append(f"{topic}[{partition}] offsets below {stop}")
+            elif begin != stop:
+                ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
+    return ", ".join(ranges) or None
 
 
 def _read_status(path: str) -> Optional[dict[str, Any]]:
