@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -32,6 +33,7 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "local.yaml")
 GRACEFUL_STOP_TIMEOUT_S = 120.0
 SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
+EMBEDDED_MARKER = ".synclib-embedded"  # in the checkpoint and table of an embedded run
 
 Transform = Callable[[Any], Any]
 
@@ -139,17 +141,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         config = load_config(args.config, overrides)
         transform = load_transform(config.transform, args.config) if config.transform else None
+        replaced = start_embedded_afresh(config, args.config) if config.kafka.embedded else []
     except ConfigError as exc:
         print(f"forwarder: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(config.logging.level)
     logger.info("configuration %s: %s", args.config, json.dumps(config.redacted(), default=str))
+    if replaced:
+        logger.info("embedded: a new world each run; removed the previous embedded run's %s", " and ".join(replaced))
     try:
         return Forwarder(config, transform).run()
     except KeyboardInterrupt:
         print("forwarder: stopped at once by a second signal; the batch in flight is replayed "
               "on restart", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+
+
+def start_embedded_afresh(config: ForwarderConfig, config_path: str) -> list[str]:
+    """Prepare an embedded run's checkpoint and table; return what was removed.
+
+    The embedded broker keeps its topics in memory, so every embedded run is a new world
+    whose offsets restart at 0: a previous embedded run's checkpoint and table (recognised
+    by the marker this leaves in them) are removed; any other existing location is refused.
+    """
+    locations = {"checkpoint.location": config.checkpoint.location, "sink.path": config.sink.path}
+    for key, location in locations.items():
+        if not os.path.isabs(location):
+            raise ConfigError(f"{config_path}: {key}: embedded runs write to local paths, not {location!r}")
+        if os.path.exists(location) and not os.path.exists(os.path.join(location, EMBEDDED_MARKER)):
+            raise ConfigError(f"{config_path}: {key}: {location} exists and was not written by an embedded "
+                              "run; embedded runs start afresh and replace their locations, so give them "
+                              "their own (e.g. under data/)")
+    removed = [location for location in locations.values() if os.path.exists(location)]
+    for location in removed:
+        shutil.rmtree(location, ignore_errors=True)  # one may hold the other
+    for location in locations.values():
+        os.makedirs(location, exist_ok=True)
+        open(os.path.join(location, EMBEDDED_MARKER), "w").close()
+    return removed
 
 
 def _embedded_world(config: ForwarderConfig) -> Any:

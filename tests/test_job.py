@@ -7,7 +7,6 @@ is `publish_commit` (deterministic runs with --available-now) or a `SimulatedLea
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,16 +23,17 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
+from synclib.config import load_config
+from synclib.job import start_embedded_afresh
 from synclib.progress import ProgressReporter, format_summary
 from synclib.sink import arrow_schema
 from synclib.simulation import EventProducer, SimulatedLeader
-from synclib.table import TableSummary, read_table_offsets
+from synclib.table import TableSummary
+from tests.forwarder_runs import (ROOT, RUN_TIMEOUT_S, forwarder_command, run_forwarder, start_forwarder,
+                                  table_offsets, write_config)
 from tests.support import produce, publish_commit, wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
-SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 GROUP = "snuba-consumers"
-RUN_TIMEOUT_S = 300
 CONFIG_ERROR_MAX_S = 10.0
 ROWS = StructType([
     StructField("key", BinaryType()),
@@ -44,69 +44,42 @@ ROWS = StructType([
 ])
 POSITIONS = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
 
+PROGRESS = ("--set", "logging.progress=true", "--set", "logging.level=INFO")
+
 pytestmark = pytest.mark.slow
 
 
-def job_env() -> dict[str, str]:
-    """This interpreter for driver and workers, this checkout's synclib first."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PYTHONPATH": path}
-
-
-def spark_submit(config: Path, *args: str) -> list[str]:
-    return [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=2", str(ROOT / "jobs" / "forwarder.py"),
-            "--config", str(config), *args]
-
-
-def run(command: list[str], timeout_s: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run to completion; stdout and stderr together in `.stdout`."""
-    return subprocess.run(command, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
+def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run to completion, whatever the exit code; stdout and stderr together in `.stdout`."""
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=RUN_TIMEOUT_S)
 
 
 class Job:
-    """One forwarder setup: topics, a config file, its table and checkpoint."""
+    """One forwarder setup: topics, a config file (see `forwarder_runs.write_config`), its
+    table and checkpoint."""
 
-    def __init__(self, tmp_path: Path, bootstrap_servers: str, new_topic: Callable[..., str],
-                 partitions: int = 2) -> None:
-        self.topic = new_topic("events", partitions)
+    def __init__(self, tmp_path: Path, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+        self.topic = new_topic("events", 2)
         self.commit_log = new_topic("commit-log")
-        self.table = str(tmp_path / "table")
-        self.checkpoint = str(tmp_path / "checkpoint")
-        self.config = tmp_path / "forwarder.yaml"
+        source = {"subscribe": self.topic, "commit_log_topic": self.commit_log, "commit_groups": [GROUP]}
+        self.config = write_config(tmp_path, "job", bootstrap_servers, source)
+        self.table = str(tmp_path / "job" / "table")
+        self.checkpoint = str(tmp_path / "job" / "checkpoint")
         self.log = tmp_path / "job.log"
-        self.settings: dict[str, Any] = {
-            "kafka": {"bootstrap_servers": bootstrap_servers},
-            "source": {"subscribe": self.topic, "commit_log_topic": self.commit_log,
-                       "commit_groups": [GROUP]},
-            "sink": {"path": self.table},
-            "checkpoint": {"location": self.checkpoint},
-            "trigger": {"processing_time": "200ms"},
-            "logging": {"progress_interval": "500ms"},
-        }
-        self.config.write_text(yaml.safe_dump(self.settings))
 
     def run(self, *args: str) -> str:
-        """Run the job to its end; its output. It must succeed."""
-        result = run(spark_submit(self.config, *args))
-        assert result.returncode == 0, result.stdout
-        return result.stdout
+        """Run the job to its end (it must succeed), with progress; its output."""
+        return run_forwarder(self.config, *PROGRESS, *args).stdout
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        """Start the job in its own process group, output to `self.log`."""
-        with open(self.log, "w") as log:
-            return subprocess.Popen(spark_submit(self.config, *args), cwd=ROOT, env=job_env(),
-                                    stdout=log, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        return start_forwarder(self.config, self.log, *PROGRESS, *args)
 
     def output(self) -> str:
         return self.log.read_text()
 
     def offsets(self) -> dict[int, int]:
-        recorded = read_table_offsets(self.table) or {}
-        return {int(p): end for p, end in recorded.get(self.topic, {}).items()}
+        return {p: end for (topic, p), end in table_offsets(self.table).items() if topic == self.topic}
 
     def version(self) -> int:
         return DeltaTable(self.table).version()
@@ -156,6 +129,14 @@ def lose_spark_commit(checkpoint: str, batch_id: int) -> None:
     commits = Path(checkpoint) / "commits"
     (commits / str(batch_id)).unlink()
     (commits / f".{batch_id}.crc").unlink(missing_ok=True)
+
+
+def embedded_settings(tmp_path: Path) -> dict[str, Any]:
+    """conf/local.yaml with its table and checkpoint under tmp_path."""
+    settings = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
+    settings["sink"]["path"] = str(tmp_path / "table")
+    settings["checkpoint"]["location"] = str(tmp_path / "checkpoint")
+    return settings
 
 
 # --- runs to completion ----------------------------------------------------------------
@@ -237,9 +218,7 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
         pytest.skip(f"{sys.prefix} is not a venv prepared by spark-submit.sh for this pyproject.toml "
                     "(the script would install into it); run the tests with ./spark-submit.sh test")
     config = tmp_path / "embedded.yaml"
-    settings = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
-    settings["sink"]["path"] = str(tmp_path / "table")
-    settings["checkpoint"]["location"] = str(tmp_path / "checkpoint")
+    settings = embedded_settings(tmp_path)
     settings["embedded"].update(partitions=2, events_per_second=100, event_bytes=256,
                                 leader_lag="500ms", run_for=None)
     config.write_text(yaml.safe_dump(settings))
@@ -248,7 +227,7 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
         process = subprocess.Popen(
             [str(ROOT / "spark-submit.sh"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
              "--config", str(config)],
-            cwd=ROOT, env={**job_env(), "SYNCLIB_VENV": sys.prefix}, stdout=out,
+            cwd=ROOT, env={**os.environ, "SYNCLIB_VENV": sys.prefix}, stdout=out,
             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         wait_until(lambda: " batch 2:" in log.read_text(), RUN_TIMEOUT_S, "three batches")
@@ -260,8 +239,7 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
     output = log.read_text()
     assert returncode == 0, output
     assert "forwarder stopped (SIGTERM received)" in output
-    offsets = read_table_offsets(settings["sink"]["path"]) or {}
-    ends = {int(p): end for p, end in offsets["events"].items()}
+    ends = {p: end for (_, p), end in table_offsets(settings["sink"]["path"]).items()}
     assert sum(ends.values()) > 0
     assert_positions(spark, settings["sink"]["path"], ends)
 
@@ -294,8 +272,8 @@ BAD_CONFIGS = [  # (edit of a valid config, extra arguments, what the message mu
     pytest.param(_set("sink.pth", "x"), (), "sink.pth: unknown key", id="unknown-key"),
     pytest.param(_drop("sink.path"), (), "sink.path: missing required key", id="missing-key"),
     pytest.param(_drop("checkpoint"), (), "checkpoint: missing required section", id="missing-section"),
-    pytest.param(_set("source.max_offsets_per_trigger", "lots"), (), "source.max_offsets_per_trigger: expected a positive integer",
-                 id="wrong-type"),
+    pytest.param(_set("source.max_offsets_per_trigger", "lots"), (),
+                 "source.max_offsets_per_trigger: expected a positive integer", id="wrong-type"),
     pytest.param(_set("sink.engine", "parquet"), (), "sink.engine: expected one of", id="bad-enum"),
     pytest.param(_set("trigger.processing_time", "soon"), (), "trigger.processing_time: expected a duration",
                  id="bad-duration"),
@@ -357,11 +335,30 @@ def test_the_exit_code_of_an_invalid_config_passes_through_spark_submit(tmp_path
     settings["sink"]["engine"] = "parquet"
     config.write_text(yaml.safe_dump(settings))
 
-    result = run(spark_submit(config))
+    result = run(forwarder_command(config))
 
     assert result.returncode == 2, result.stdout
     assert f"{config}: sink.engine: expected one of" in result.stdout
     assert "SparkContext" not in result.stdout
+
+
+def test_an_embedded_run_replaces_only_a_previous_embedded_runs_locations(tmp_path: Path) -> None:
+    config = tmp_path / "embedded.yaml"
+    config.write_text(yaml.safe_dump(embedded_settings(tmp_path)))
+    assert start_embedded_afresh(load_config(config), str(config)) == []
+    (tmp_path / "table" / "part-0.parquet").write_bytes(b"previous run")
+
+    assert start_embedded_afresh(load_config(config), str(config)) == [
+        str(tmp_path / "checkpoint"), str(tmp_path / "table")]
+    assert sorted(os.listdir(tmp_path / "table")) == [".synclib-embedded"]
+
+    foreign = tmp_path / "someone-elses-table"
+    (foreign / "_delta_log").mkdir(parents=True)
+    result = run([sys.executable, str(ROOT / "jobs" / "forwarder.py"), "--config", str(config),
+                  "--set", f"sink.path={foreign}"])
+    assert result.returncode == 2, result.stdout
+    assert f"{config}: sink.path: {foreign} exists and was not written by an embedded run" in result.stdout
+    assert os.listdir(foreign) == ["_delta_log"]
 
 
 # --- console output ---------------------------------------------------------------------
@@ -385,10 +382,13 @@ def test_progress_shows_each_batch_and_the_gate_and_the_table_when_a_partition_w
     again = reporter.update([progress(0, 1, 5), progress(1, 2, 3)], status("SYNCHRONIZED", 8, 8, 20))
     idle = reporter.update([progress(2, 12, 0, ran=False)], status("REMOTE_BEHIND", 8, 6, 25, stale=True))
 
-    assert first[0] == "10:00:01 batch 0: 5 rows in 40 ms (5 this run); held back for the leader: 12; ready: 3; 1 LOCAL_BEHIND"
+    assert first[0] == ("10:00:01 batch 0: 5 rows in 40 ms (5 this run); "
+                        "held back for the leader: 12; ready: 3; 1 LOCAL_BEHIND")
     assert first[1].splitlines()[1].split() == ["events", "0", "LOCAL_BEHIND", "5", "8", "20", "12"]
-    assert again == ["10:00:02 batch 1: 3 rows in 40 ms (8 this run); held back for the leader: 12; ready: 0; 1 SYNCHRONIZED"]
-    assert idle[0] == "10:00:12 idle: nothing newly committed; held back for the leader: 17; ready: 0; 1 REMOTE_BEHIND; 1 STALE"
+    assert again == ["10:00:02 batch 1: 3 rows in 40 ms (8 this run); "
+                     "held back for the leader: 12; ready: 0; 1 SYNCHRONIZED"]
+    assert idle[0] == ("10:00:12 idle: nothing newly committed; "
+                       "held back for the leader: 17; ready: 0; 1 REMOTE_BEHIND; 1 STALE")
     assert idle[1].splitlines()[1].split()[-1] == "STALE"
     assert (reporter.batches, reporter.rows) == (2, 8)
 
