@@ -312,9 +312,19 @@ class Forwarder:
 
     @staticmethod
     def _stop_gracefully(query: Any) -> None:
-        """Let the batch in flight finish (its Delta commit is atomic either way), then stop."""
+        """Stop once the batch in flight has finished (or at once between triggers).
+
+        A query falling behind its trigger starts the next batch right away; that one is then
+        interrupted before its Delta commit and replayed, exactly once, at the next start.
+        """
+        def last() -> Optional[tuple[int, str]]:
+            progress = query.lastProgress
+            return None if progress is None else (progress.batchId, progress.timestamp)
+
+        in_flight = last()
         deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
-        while query.status["isTriggerActive"] and time.monotonic() < deadline:
+        while (query.status["isTriggerActive"] and last() == in_flight
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         query.stop()
 
