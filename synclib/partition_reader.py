@@ -1,4 +1,4 @@
-"""Executor side: read exactly the offsets [start, end) of one partition as Arrow batches.
+"""Executor side: read exactly the offsets [start, end) of Kafka partitions as Arrow batches.
 
 Consumers are cached per Python worker process (Spark reuses workers across tasks and
 micro-batches), keyed by client configuration, so a task does not reconnect.
@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +23,10 @@ from synclib.arrowfetch import DecodedRecords
 logger = logging.getLogger(__name__)
 
 ARROW_BATCH_ROWS = 8192
+# Task sizing (see plan_tasks): small ranges are packed into tasks of about TASK_MIN_ROWS rows,
+# ranges over TASK_MAX_ROWS are split.
+TASK_MIN_ROWS = 50_000
+TASK_MAX_ROWS = 500_000
 # Read-path defaults that suit bulk reading; any of them can be overridden with kafka.*.
 # A task reads a range known to exist, so the broker need not hold a fetch open waiting for
 # data: a long-polling fetch left in flight at the end of a task would delay the next task
@@ -39,15 +44,57 @@ class KafkaDataLossError(RuntimeError):
     """Offsets the query was going to read no longer exist (failOnDataLoss=true)."""
 
 
-class KafkaInputPartition(InputPartition):
-    """One Spark task: the offsets [start, end) of one Kafka partition."""
+@dataclass(frozen=True)
+class OffsetRange:
+    """The offsets [start, end) of one Kafka partition."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: offset ranges, read one after the other."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def plan_tasks(ranges: Sequence[OffsetRange], min_rows: int = TASK_MIN_ROWS,
+               max_rows: int = TASK_MAX_ROWS) -> list[KafkaInputPartition]:
+    """Spark tasks for a micro-batch's ranges. Ranges over `max_rows` are split evenly (a hot
+    partition keeps several cores busy); pieces of at least `min_rows` are a task each; smaller
+    ones are bundled into tasks of about `min_rows` (each task costs two Python worker round
+    trips and a Parquet file, so a small batch is one task), a last short bundle joining the
+    least loaded task."""
+    pieces = []
+    for offsets in ranges:
+        count = -(-offsets.size // max_rows)
+        for index in range(count):
+            start = offsets.start + offsets.size * index // count
+            end = offsets.start + offsets.size * (index + 1) // count
+            pieces.append(OffsetRange(offsets.topic, offsets.partition, start, end))
+    tasks: list[list[OffsetRange]] = []
+    bundle: list[OffsetRange] = []
+    for piece in sorted(pieces, key=lambda piece: -piece.size):
+        if piece.size >= min_rows:
+            tasks.append([piece])
+            continue
+        bundle.append(piece)
+        if sum(p.size for p in bundle) >= min_rows:
+            tasks.append(bundle)
+            bundle = []
+    if bundle and tasks:
+        min(tasks, key=lambda task: sum(p.size for p in task)).extend(bundle)
+    elif bundle:
+        tasks.append(bundle)
+    return [KafkaInputPartition(sorted(task, key=lambda r: (r.topic, r.partition, r.start))) for task in tasks]
 
 
 _consumers: dict[tuple, KafkaConsumer] = {}
@@ -73,6 +120,23 @@ def _cached_consumer(client_config: Mapping[str, Any]) -> KafkaConsumer:
 
 def read_partition(
     task: KafkaInputPartition,
+    client_config: Mapping[str, Any],
+    schema: pa.Schema,
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    stall_timeout_s: float,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of the task's offset ranges, one range after the other."""
+    for offsets in task.ranges:
+        yield from _read_range(offsets, client_config, schema, include_headers=include_headers,
+                               fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
+                               stall_timeout_s=stall_timeout_s)
+
+
+def _read_range(
+    task: OffsetRange,
     client_config: Mapping[str, Any],
     schema: pa.Schema,
     *,

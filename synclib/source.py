@@ -31,7 +31,7 @@ from synclib.publisher import ProgressPublisher
 from synclib.remote import RemoteOffsetsTracker
 from synclib.metadata import KafkaMetadata
 from synclib.options import SourceOptions, parse_offsets_json, to_offsets_json, EARLIEST, LATEST
-from synclib.partition_reader import KafkaDataLossError, KafkaInputPartition, read_partition
+from synclib.partition_reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
 from synclib.planning import PartitionOffsets, TopicPartitionKey, cap_offsets, limit_rows, plan_end_offsets
 from synclib.state import StateAndOffsets, SynchronizedPartitionStateManager
 
@@ -309,12 +309,13 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     # -- partitions and reading --------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One task per Kafka partition with work. A partition new in this batch, or moved
-        back to earliest after its topic was recreated (end below start), reads from earliest."""
+        """The offset ranges with work, packed and split into tasks (`plan_tasks`). A partition
+        new in this batch, or moved back to earliest after its topic was recreated (end below
+        start), reads from earliest."""
         start_offsets, end_offsets = parse_offsets_json(start), parse_offsets_json(end)
         with_work = {tp: stop for tp, stop in end_offsets.items() if start_offsets.get(tp) != stop}
         earliest = self.planner.metadata.earliest_offsets(with_work)
-        tasks = []
+        ranges = []
         for tp, stop in sorted(with_work.items()):
             first = start_offsets.get(tp)
             if first is None or first > stop:
@@ -322,8 +323,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             elif first < earliest.get(tp, 0):
                 first = self._data_lost_before(tp, first, earliest[tp])
             if first < stop:
-                tasks.append(KafkaInputPartition(tp[0], tp[1], first, stop))
-        return tasks
+                ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        return plan_tasks(ranges)
 
     def _data_lost_before(self, tp: TopicPartitionKey, first: int, earliest: int) -> int:
         message = (f"{tp[0]}[{tp[1]}]: offsets [{first}, {earliest}) were deleted before they "
