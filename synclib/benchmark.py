@@ -34,7 +34,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -80,7 +80,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--messages", type=int, default=250_000, help="backlog N per partition")
     parser.add_argument("--value-bytes", type=int, default=200)
-    parser.add_argument("--warmup", type=float, default=0.1, help="fraction of N released first, untimed")
+    parser.add_argument("--warmup", type=float, default=0.2,
+                        help="fraction of N released first, untimed (JVM JIT and Python workers warm up)")
     parser.add_argument("--memory-messages", type=int, default=50_000, help="memory phase N per partition")
     parser.add_argument("--memory-scale", type=int, default=10, help="memory phase: N, then this times N (0: skip)")
     parser.add_argument("--latency-steps", type=int, default=20, help="leader commit steps per run (0: skip)")
@@ -190,6 +191,69 @@ class DeltaLogWatcher:
 
 # --- the cluster: topics, backlogs, the leader's commits ------------------------------------
 
+def event_values(value_bytes: int) -> Callable[[int, int], bytes]:
+    """(partition, sequence) -> a Sentry-like JSON event of `value_bytes` bytes with a unique
+    event id: distinct values, so Parquet encoding costs what it costs on real events."""
+    from synclib.simulation import make_event
+
+    template = make_event(1, value_bytes, random.Random(0))
+    at = template.index(b'"event_id": "') + len(b'"event_id": "')
+    head, tail = template[:at], template[at + 32:]
+    return lambda partition, sequence: b"%s%08x%024x%s" % (head, partition, sequence, tail)
+
+
+class LiveProducer:
+    """Writes `rate` events/s round-robin over the partitions in bursts every 50 ms (cheap
+    formatted values, not to steal the forwarder's CPU), each burst ending with a single-record
+    batch per partition, as the embedded broker needs for exact high watermarks."""
+
+    def __init__(self, cluster: "Cluster", topic: str, rate: float, value_bytes: int) -> None:
+        self._cluster, self._topic, self._rate = cluster, topic, rate
+        self._event = event_values(value_bytes)
+        self._produced: PartitionEnds = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._failure: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="live-producer", daemon=True)
+
+    def __enter__(self) -> "LiveProducer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def produced(self) -> PartitionEnds:
+        """Next offset per partition, as acknowledged; raises if the producer thread died."""
+        if self._failure is not None:
+            raise RuntimeError(f"the live producer died: {self._failure!r}") from self._failure
+        with self._lock:
+            return dict(self._produced)
+
+    def _run(self) -> None:
+        from synclib.simulation import send_ending_single
+
+        partitions = self._cluster.partitions
+        producer = self._cluster.producer(linger_ms=5)
+        try:
+            started, sent = time.monotonic(), 0
+            while not self._stop.wait(0.05):
+                due = int(self._rate * (time.monotonic() - started))
+                records: dict[int, list[Any]] = {}
+                for sequence in range(sent, due):
+                    partition = sequence % partitions
+                    records.setdefault(partition, []).append((None, self._event(partition, sequence), []))
+                sent = due
+                ends = send_ending_single(producer, self._topic, records)
+                with self._lock:
+                    self._produced.update(ends)
+        except BaseException as exc:  # noqa: BLE001 - reported by produced()
+            self._failure = exc
+        finally:
+            producer.close(timeout=5)
+
+
 class Cluster:
     """The broker under test, with the benchmark's clients."""
 
@@ -210,20 +274,13 @@ class Cluster:
         return full
 
     def backlog(self, name: str, per_partition: int, value_bytes: int) -> tuple[str, PartitionEnds]:
-        """A topic holding `per_partition` distinct Sentry-like events of `value_bytes` per partition."""
-        from synclib.simulation import make_event, send_ending_single
+        """A topic holding `per_partition` distinct events of `value_bytes` per partition."""
+        from synclib.simulation import send_ending_single
 
         topic = self.topic(name, self.partitions)
         started = time.monotonic()
-        template = make_event(1, value_bytes, random.Random(0))
-        at = template.index(b'"event_id": "') + len(b'"event_id": "')
-        head, tail = template[:at], template[at + 32:]
-
-        def event(partition: int, sequence: int) -> bytes:  # a unique event id per record
-            return b"%s%08x%024x%s" % (head, partition, sequence, tail)
-
-        producer = KafkaProducer(**{"batch_size": 1 << 20, "linger_ms": 50,
-                                    **kafkaconf.for_producer(self.client_config)})
+        event = event_values(value_bytes)
+        producer = self.producer(batch_size=1 << 20, linger_ms=50)
         try:
             for partition in range(self.partitions):
                 for sequence in range(per_partition - 1):
@@ -234,6 +291,9 @@ class Cluster:
             producer.close(timeout=10)
         logger.warning("backlog %s: %d records in %.1fs", topic, sum(ends.values()), time.monotonic() - started)
         return topic, ends
+
+    def producer(self, **settings: Any) -> KafkaProducer:
+        return KafkaProducer(**{**settings, **kafkaconf.for_producer(self.client_config)})
 
     def commit(self, log_topic: str, topic: str, offsets: PartitionEnds) -> float:
         """Publish the leader's commit of `offsets`; returns when the broker acknowledged it."""
@@ -356,37 +416,29 @@ class Bench:
 
     def latency(self, name: str) -> dict[str, Any]:
         """Seconds from each leader commit's acknowledgement to its offsets being in the table."""
-        from synclib.simulation import EventProducer
-
         settings = self.settings
         topic = self.cluster.topic(f"{name}-live", self.cluster.partitions)
         log_topic = self.cluster.topic(f"{name}-live-commit-log", 1)
-        producer = EventProducer(topic, self.cluster.client_config, rate=settings.latency_rate,
-                                 event_bytes=settings.value_bytes).start()
-        try:
-            with self.forwarder(topic, log_topic, name) as (query, watcher):
-                warm = self._wait_produced(producer)
-                self.cluster.commit(log_topic, topic, warm)
-                watcher.wait_for(topic, warm, query)
-                steps = []
-                for _ in range(settings.latency_steps):
-                    time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
-                    producer.check()
-                    offsets = producer.produced()
-                    steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
-                latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
-                             for offsets, published in steps]
-                batches = [json.loads(p.json) for p in query.recentProgress]
-        finally:
-            producer.stop()
+        with LiveProducer(self.cluster, topic, settings.latency_rate, settings.value_bytes) as producer, \
+                self.forwarder(topic, log_topic, name) as (query, watcher):
+            warm = self._wait_produced(producer)
+            self.cluster.commit(log_topic, topic, warm)
+            watcher.wait_for(topic, warm, query)
+            steps = []
+            for _ in range(settings.latency_steps):
+                time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
+                offsets = producer.produced()
+                steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
+            latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
+                         for offsets, published in steps]
+            batches = [json.loads(p.json) for p in query.recentProgress]
         return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
                 "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
                 "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches)}
 
-    def _wait_produced(self, producer: Any) -> PartitionEnds:
+    def _wait_produced(self, producer: LiveProducer) -> PartitionEnds:
         deadline = time.monotonic() + 60
         while len(produced := producer.produced()) < self.cluster.partitions:
-            producer.check()
             if time.monotonic() > deadline:
                 raise TimeoutError("the latency phase's producer wrote nothing in 60s")
             time.sleep(0.05)

@@ -20,7 +20,7 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
 
     run = results["runs"][0]
     forwarder = run["forwarder"]
-    assert forwarder["rows"] == 2 * 300 - 2 * int(300 * 0.1)
+    assert forwarder["rows"] == 2 * 300 - 2 * int(300 * 0.2)
     assert run["reference_msgs_per_s"] > 0 and forwarder["rows_per_s"] > 0 and forwarder["batches"] >= 1
     assert abs(run["ratio"] - forwarder["rows_per_s"] / run["reference_msgs_per_s"]) < 1e-9
     assert forwarder["memory_mib"]["jvm"] > 0 and forwarder["memory_mib"]["total"] >= forwarder["memory_mib"]["jvm"]
@@ -30,7 +30,7 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
     assert 0 < latency["p50_s"] <= latency["p99_s"] <= latency["max_s"]
 
     memory = results["memory"]
-    assert memory["rows"] == {"N": 2 * 100 - 2 * int(100 * 0.1), "2N": 2 * 200 - 2 * int(200 * 0.1)}
+    assert memory["rows"] == {"N": 2 * 100 - 2 * int(100 * 0.2), "2N": 2 * 200 - 2 * int(200 * 0.2)}
     assert set(memory["ratio"]) >= {"jvm", "total"}
 
     assert results["median"]["ratio"] == run["ratio"]
