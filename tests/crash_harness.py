@@ -11,7 +11,8 @@ state from Spark's checkpoint and the Delta log, and SIGKILLs the session if the
 the target window (else it resumes the job with SIGCONT and waits for the next chance).
 Windows, from the frozen files (`N` the last batch in `offsets/`):
 
-- `planning`: no batch in flight (`commits/N` written): planning the next micro-batch.
+- `planning`: no batch in flight (`commits/N` written): the driver plans the next
+  micro-batch (or waits for its trigger, 200ms).
 - `reading`: batch N planned, not in Delta: tasks reading Kafka and writing Parquet.
 - `delta-committed`: batch N committed to Delta, `commits/N` not written yet: the
   dangerous one, the restarted job replays batch N and the sink must skip it.

@@ -216,15 +216,16 @@ def test_stale_leader_is_reported_once_per_episode(world: KafkaWorld, tmp_path: 
     wait_for(lambda: table_rows(tmp_path / "table"), JOB_TIMEOUT_S, "rows in Delta", job)
     assert world.leader is not None
     for episode in (1, 2):
+        paused_at = len(job.stdout_path.read_text())
         world.leader.pause()
         wait_for(lambda: len(STALE_WARNING.findall(job.output())) == episode * world.partitions,
                  60, f"a stale warning per partition (episode {episode})", job)
-        wait_for(lambda: "STALE" in job.stdout_path.read_text(), 60, "STALE in the progress output", job)
+        wait_for(lambda: "STALE" in job.stdout_path.read_text()[paused_at:], 60, "STALE in the progress output", job)
         time.sleep(3)  # many more planning rounds (200ms trigger) while stale: still one warning each
         assert len(STALE_WARNING.findall(job.output())) == episode * world.partitions
-        seen = len(job.stdout_path.read_text())
+        resumed_at = len(job.stdout_path.read_text())
         world.leader.resume()
-        wait_for(lambda: _batch_line_without_stale(job.stdout_path.read_text()[seen:]), 60,
+        wait_for(lambda: _batch_line_without_stale(job.stdout_path.read_text()[resumed_at:]), 60,
                  "a batch without STALE in the progress output after the leader resumed", job)
     output = stopped(job)
     warned = Counter(int(p) for topic, p in STALE_WARNING.findall(output) if topic == world.events)
@@ -233,6 +234,23 @@ def test_stale_leader_is_reported_once_per_episode(world: KafkaWorld, tmp_path: 
 
 def _batch_line_without_stale(text: str) -> bool:
     return any(re.search(r"batch \d+:", line) and "STALE" not in line for line in text.splitlines())
+
+
+def test_stale_flag_in_the_status_json_is_cleared_when_the_leader_catches_up(
+        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+    source = World(spark, producer, bootstrap_servers, new_topic("stale-events"), new_topic("stale-log"), tmp_path)
+    produce(producer, source.events, 0, [(None, b"e")] * 10)
+    source.start(staleAfter="1")
+    try:
+        source.commit(0, 2)
+        source.wait_released(offsets(0, 0, 2))
+        wait_until(lambda: source.partition_status(0)["stale"], 30, "partition 0 marked stale")
+        source.commit(0, 10)  # the leader catches up: nothing waits any more
+        source.wait_released(offsets(0, 0, 10))
+        wait_until(lambda: not source.partition_status(0)["stale"], 30, "the stale mark cleared")
+    finally:
+        assert source.query is not None
+        source.query.stop()
 
 
 # --- malformed input -------------------------------------------------------------------------
