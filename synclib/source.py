@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import tempfile
+import threading
 import time
 from typing import Any, Iterator, Optional, Sequence
 
@@ -77,6 +79,7 @@ class _Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        _ignore_terminal_interrupts()
         self.metadata = KafkaMetadata(options.client_config, options.subscription,
                                       retry_timeout_s=options.broker_timeout_s)
         self.states = SynchronizedPartitionStateManager(_log_state_change)
@@ -186,6 +189,14 @@ class _Planner:
         self.metadata.close()
         if self.publisher is not None:
             self.publisher.close()
+
+
+def _ignore_terminal_interrupts() -> None:
+    """The planner lives in a Python process Spark starts beside the driver, in the terminal's
+    process group: a Ctrl-C meant for the job would kill it mid-planning and fail the query.
+    The job decides how to stop (after the batch in flight); this process ignores SIGINT."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
