@@ -12,9 +12,11 @@ Per run (`--runs K`, medians reported), on one backlog of `--messages` records p
    intervals; per step, from the commit-log message being acknowledged to a Delta commit
    holding its offsets appearing in the table's log (polled every 10 ms).
 
-Then once, the forwarder phase on a backlog `--memory-scale` times larger: peak RSS at
-10N against N. The forwarder is the job's own (`synclib.job.Forwarder`) with the given
-config (default conf/local.yaml), trigger and batch sizing included.
+Then once, the forwarder phase on a backlog of `--memory-messages` per partition (N) and on
+one `--memory-scale` times larger: peak RSS per process role at 10N against N. CPU seconds
+per role (JVM, Python workers, driver-side Python, broker) are recorded with each phase.
+The forwarder is the job's own (`synclib.job.Forwarder`) with the given config (default
+conf/local.yaml), trigger and batch sizing included.
 """
 
 from __future__ import annotations
@@ -454,7 +456,6 @@ def _median_durations(batches: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 # --- running and reporting -----------------------------------------------------------------
 
 def _environment(spark: Any) -> dict[str, Any]:
-    import crc32c  # noqa: F401 - a dependency; recorded to show the fast CRC path is there
     import kafka.record.util
     import pyspark
 
