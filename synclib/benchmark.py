@@ -71,9 +71,9 @@ class Settings:
     runs: int
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="forwarder YAML (default: %(default)s)")
+    parser.add_argument("--config", default=default_config, help="forwarder YAML (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a forwarder config key, e.g. --set trigger.processing_time=500ms")
     parser.add_argument("--bootstrap", help="benchmark this cluster instead of the config's "
@@ -584,8 +584,10 @@ def print_report(results: Mapping[str, Any]) -> None:
           f"load {env['load_avg'][0]:.2f} -> {env['load_avg_end'][0]:.2f}, crc32c native: {env['kafka_crc32c_native']}")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: Optional[Sequence[str]] = None, default_config: str = DEFAULT_CONFIG) -> int:
+    """Run the benchmark; `default_config` is the forwarder YAML used without --config (the job
+    passes the repository's conf/local.yaml: spark-submit may import synclib from a zip)."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(max(logging.ERROR, logging.getLevelName(args.log_level)))
