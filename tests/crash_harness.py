@@ -18,8 +18,10 @@ Windows, from the frozen files (`N` the last batch in `offsets/`):
   dangerous one, the restarted job replays batch N and the sink must skip it.
 
 The job is restarted after every kill. At each kill the table must hold nothing at or
-beyond the leader's commit at that moment (the leader's commits only grow), no row twice,
-and exactly the offsets its newest Delta commit records (no gap); at the end (producer
+beyond the leader's commit at that moment (the leader's commits only grow; it lags the
+producer by `LEADER_LAG_S`), no row twice, and exactly the offsets its newest Delta commit
+records (no gap), and the newest batch Spark planned must not end beyond the leader's
+commit either; at the end (producer
 stopped, leader caught up, one `--available-now` run) it must hold every offset below the
 leader's final commit exactly once, and no batch may be in two Delta commits.
 """
@@ -45,6 +47,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import yaml
 from deltalake import DeltaTable
 
+from synclib import checkpoint
 from synclib.embedded import EmbeddedBroker, TopicAdmin
 from synclib.simulation import EventProducer, SimulatedLeader
 from synclib.table import read_table_offsets
@@ -62,6 +65,9 @@ JOB_START_TIMEOUT_S = 180.0
 WINDOW_TIMEOUT_S = 120.0
 FINAL_RUN_TIMEOUT_S = 300.0
 LEADER_GROUP = "snuba-consumers"
+# The leader commits events this long after they arrive: well behind the producer and longer
+# than a micro-batch, so a forwarder that ignored it would be caught with rows beyond it.
+LEADER_LAG_S = 5.0
 
 _BATCH_FILE = re.compile(r"[0-9]+")
 _DELTA_COMMIT_FILE = re.compile(r"[0-9]{20}\.json")
@@ -239,6 +245,12 @@ class JobFiles:
         self._delta_file: Optional[str] = None
         self._delta_batch: Optional[int] = None
 
+    def planned_ends(self, topic: str) -> dict[int, int]:
+        """The end offsets of `topic` that Spark logged for the newest batch (`offsets/N`)."""
+        batch = _last_batch(self.checkpoint / "offsets")
+        ends = None if batch is None else checkpoint.batch_offsets(str(self.checkpoint), batch)
+        return {int(p): end for p, end in (json.loads(ends).get(topic, {}) if ends else {}).items()}
+
     def state(self) -> BatchState:
         planned = _last_batch(self.checkpoint / "offsets")
         checkpointed = _last_batch(self.checkpoint / "commits")
@@ -339,8 +351,8 @@ class KafkaWorld:
             admin.close()
         client = {"bootstrap_servers": [self.bootstrap]}
         self.producer = EventProducer(self.events, client, rate=150, event_bytes=256).start()
-        self.leader = SimulatedLeader(self.events, self.commit_log, client, group=self.group, lag=0.3,
-                                      commit_interval=0.2).start()
+        self.leader = SimulatedLeader(self.events, self.commit_log, client, group=self.group,
+                                      lag=LEADER_LAG_S, commit_interval=0.5).start()
         return self
 
     def config(self, directory: Path, **sections: Any) -> dict[str, Any]:
@@ -404,6 +416,7 @@ class Tally:
     missed_windows: int = 0  # freezes that found another window: resumed with SIGCONT
     replays: int = 0  # delta-committed kills whose batch the next run re-ran and checkpointed
     at_kills: list[Verdict] = field(default_factory=list)
+    planned_beyond: int = 0  # offsets of the newest planned batch beyond the leader's commit, at the kills
     final: Optional[Verdict] = None
     final_committed: dict[int, int] = field(default_factory=dict)
     batches_committed_twice: int = 0
@@ -413,7 +426,8 @@ class Tally:
     @property
     def ok(self) -> bool:
         return (self.final is not None and self.final.holds_exactly(self.final_committed)
-                and all(v.ok for v in self.at_kills) and self.batches_committed_twice == 0
+                and all(v.ok for v in self.at_kills) and self.planned_beyond == 0
+                and self.batches_committed_twice == 0
                 and self.replays == self.kills[DELTA_COMMITTED])
 
     def report(self) -> str:
@@ -429,7 +443,7 @@ class Tally:
             f"{self.batches_committed_twice}",
             f"at the kills: rows beyond the leader {at_kills['beyond']}, duplicates "
             f"{at_kills['duplicates']}, gaps {at_kills['gaps']}, rows beyond the offsets the table "
-            f"records {at_kills['unrecorded']}",
+            f"records {at_kills['unrecorded']}, offsets planned beyond the leader {self.planned_beyond}",
             f"final table: {final.rows} rows, exactly every offset below the leader's final commits "
             f"{self.final_committed}: {'yes' if final.holds_exactly(self.final_committed) else 'NO'} "
             f"(duplicates {final.duplicates}, gaps {final.gaps}, rows beyond the leader {final.beyond})",
@@ -450,17 +464,22 @@ class CrashHarness:
         self.files = JobFiles(directory / "checkpoint", directory / "table")
         self.tally = Tally()
         self._replay: Optional[int] = None  # the batch of the last delta-committed kill
+        self._job: Optional[JobRun] = None
 
     def run(self, kills: int) -> Tally:
         started = time.monotonic()
-        for number in range(kills):
-            self._kill_once(WINDOWS[number % len(WINDOWS)], number)
-        produced = self.world.finish_producing()
-        self.log(f"producer stopped at {produced}; final --available-now run")
-        final = self._start("final", ["--available-now"])
-        code = final.wait(FINAL_RUN_TIMEOUT_S)
-        if code != 0:
-            raise HarnessError(f"the final --available-now run exited {code}\n{final.tail()}")
+        try:
+            for number in range(kills):
+                self._kill_once(WINDOWS[number % len(WINDOWS)], number)
+            produced = self.world.finish_producing()
+            self.log(f"producer stopped at {produced}; final --available-now run")
+            final = self._start("final", ["--available-now"])
+            code = final.wait(FINAL_RUN_TIMEOUT_S)
+            if code != 0:
+                raise HarnessError(f"the final --available-now run exited {code}\n{final.tail()}")
+        finally:
+            if self._job is not None and self._job.returncode is None:
+                self._job.kill()
         self._check_replay()
         self.tally.final_committed = self.world.committed()
         self.tally.final = verify_table(self.files.table, self.world.events, self.tally.final_committed)
@@ -471,7 +490,8 @@ class CrashHarness:
 
     def _start(self, name: str, args: Sequence[str] = ()) -> JobRun:
         self.tally.runs += 1
-        return JobRun(self.config, self.directory, name, args)
+        self._job = JobRun(self.config, self.directory, name, args)
+        return self._job
 
     def _kill_once(self, target: str, number: int) -> None:
         job = self._start(f"run-{number:02d}")
@@ -494,11 +514,14 @@ class CrashHarness:
         if target == DELTA_COMMITTED:
             self._replay = state.planned
         verdict = verify_table(self.files.table, self.world.events, committed)
+        planned_beyond = sum(max(0, end - committed.get(p, 0))
+                             for p, end in self.files.planned_ends(self.world.events).items())
         self.tally.kills[target] += 1
         self.tally.at_kills.append(verdict)
+        self.tally.planned_beyond += planned_beyond
         self.log(f"kill {number + 1}: {target} (batch {state.planned}, checkpointed "
                  f"{state.checkpointed}, in Delta {state.in_delta}); table {verdict.rows} rows, "
-                 f"{'OK' if verdict.ok else f'WRONG: {verdict}'}")
+                 f"{'OK' if verdict.ok else f'WRONG: {verdict}'}; planned {planned_beyond} beyond the leader")
 
     def _check_replay(self) -> None:
         """After a delta-committed kill, the next run must have re-run (and checkpointed) that batch."""
