@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -386,7 +388,8 @@ def _values(table: Path) -> Counter[bytes]:
 @pytest.mark.slow
 def test_no_secret_in_anything_the_job_prints_or_writes(bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
     """A SASL password (from the environment) for a broker that does not speak SASL: the job
-    fails to connect; neither its output nor any file it left contains the password."""
+    fails to connect; neither its output (DEBUG logging), nor the status command's, nor any
+    file the job left (checkpoint, table, Spark's and Python's temporary files) contains it."""
     password = f"pw-{uuid.uuid4().hex}"
     events, log = new_topic("secret-events"), new_topic("secret-log")
     config = job_config(bootstrap_servers, events, log, tmp_path, kafka={
@@ -395,8 +398,14 @@ def test_no_secret_in_anything_the_job_prints_or_writes(bootstrap_servers: str, 
                      "password": "${SYNCLIB_TEST_SASL_PASSWORD}"},
         "options": {"bootstrap.timeout.ms": 5000, "request.timeout.ms": 5000}},
         logging={"level": "DEBUG", "progress": True})
-    output = finished(run_job(tmp_path, config, env={"SYNCLIB_TEST_SASL_PASSWORD": password}), 1)
+    env = {"SYNCLIB_TEST_SASL_PASSWORD": password}
+    output = finished(run_job(tmp_path, config, env=env), 1)
     assert "forwarder: the query failed" in output
     assert password not in output
+    status = subprocess.run([sys.executable, "-m", "synclib", "status", "--config", str(tmp_path / "run.yaml"),
+                             "--json", "--timeout", "5"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **env})
+    assert status.returncode == 1 and status.stderr.startswith("status: "), status
+    assert password not in status.stdout + status.stderr
     leaking = [str(f) for f in tmp_path.rglob("*") if f.is_file() and password.encode() in f.read_bytes()]
     assert not leaking
