@@ -58,7 +58,7 @@ _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Parquet layout: rows are buffered per file into row groups of about this size, and the
 # payload columns (unique per row) get neither dictionary encoding nor Parquet statistics:
 # both only cost CPU there (Delta keeps its own file statistics).
-ROW_GROUP_BYTES = 32 << 20
+ROW_GROUP_BYTES = 16 << 20
 _PAYLOAD_COLUMNS = ("value", "headers")
 
 
