@@ -413,7 +413,7 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
 @dataclass
 class Tally:
     kills: Counter[str] = field(default_factory=Counter)
-    missed_windows: int = 0  # freezes that found another window: resumed with SIGCONT
+    missed: Counter[str] = field(default_factory=Counter)  # freezes outside their target window (resumed)
     replays: int = 0  # delta-committed kills whose batch the next run re-ran and checkpointed
     at_kills: list[Verdict] = field(default_factory=list)
     planned_beyond: int = 0  # offsets of the newest planned batch beyond the leader's commit, at the kills
@@ -433,11 +433,12 @@ class Tally:
     def report(self) -> str:
         final = self.final or Verdict(0, 0, 0, 0, 0, {})
         kills = ", ".join(f"{w} {self.kills[w]}" for w in WINDOWS)
+        missed = ", ".join(f"{w} {self.missed[w]}" for w in WINDOWS)
         at_kills = {name: sum(getattr(v, name) for v in self.at_kills)
                     for name in ("beyond", "duplicates", "gaps", "unrecorded")}
         return "\n".join([
-            f"kills: {sum(self.kills.values())} ({kills}); freezes outside the target window, "
-            f"resumed: {self.missed_windows}",
+            f"kills: {sum(self.kills.values())} ({kills}); freezes that missed their window and "
+            f"were resumed: {missed}",
             f"delta-committed kills whose batch the restarted job replayed: "
             f"{self.replays}/{self.kills[DELTA_COMMITTED]}; batches in two Delta commits: "
             f"{self.batches_committed_twice}",
@@ -508,7 +509,7 @@ class CrashHarness:
             if state.window == target:
                 break
             job.thaw()
-            self.tally.missed_windows += 1
+            self.tally.missed[target] += 1
         committed = self.world.committed()  # the leader's commits only grow: taken after the freeze
         job.kill()
         if target == DELTA_COMMITTED:
