@@ -1,7 +1,8 @@
 """The benchmark job: forwarder throughput against a raw kafka-python consumer, gate latency
 and peak memory, in one run on the embedded broker or on a given cluster.
 
-Per run (`--runs K`, medians reported), on one backlog of `--messages` records per partition:
+After one untimed forwarder pass over the backlog (JIT compilation, Python workers), per run
+(`--runs K`, medians reported), on one backlog of `--messages` records per partition:
 
 1. reference: one kafka-python consumer (the read path's client settings, crc32c when
    installed) reads the whole backlog in this process: msg/s;
@@ -84,6 +85,8 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--value-bytes", type=int, default=200)
     parser.add_argument("--warmup", type=float, default=0.2,
                         help="fraction of N released first, untimed (JVM JIT and Python workers warm up)")
+    parser.add_argument("--no-warmup-run", dest="warmup_run", action="store_false",
+                        help="skip the untimed forwarder pass over the backlog that warms up the JVM first")
     parser.add_argument("--memory-messages", type=int, default=50_000, help="memory phase N per partition")
     parser.add_argument("--memory-scale", type=int, default=10, help="memory phase: N, then this times N (0: skip)")
     parser.add_argument("--latency-steps", type=int, default=20, help="leader commit steps per run (0: skip)")
@@ -497,6 +500,8 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(cluster.close)
         bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid)
         topic, ends = cluster.backlog("backlog", settings.messages, settings.value_bytes)
+        if args.warmup_run:  # JIT compilation and Python worker start-up, before anything is timed
+            results["warmup_run"] = bench.throughput(topic, ends, "warmup")
         runs = []
         for index in range(settings.runs):
             with TreeMemory(jvm_pid, bench.others) as usage:

@@ -18,6 +18,7 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
     ]) == 0
     results = json.loads(output.read_text())
 
+    assert results["warmup_run"]["rows"] == 2 * 300 - 2 * int(300 * 0.2)
     run = results["runs"][0]
     forwarder = run["forwarder"]
     assert forwarder["rows"] == 2 * 300 - 2 * int(300 * 0.2)
