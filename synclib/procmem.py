@@ -88,8 +88,9 @@ def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
 
 
 def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
-    """jvm, driver (the Python driver), python-worker (executor side) or python-driver-runner
-    (Spark's driver-side Python processes: a data source's planning and commit calls)."""
+    """jvm, driver (the Python driver), python-worker (processes forked by pyspark.daemon:
+    task workers, and the per-call workers Spark uses to plan and commit a Python data source)
+    or python-driver-runner (other Python processes, e.g. a streaming source's planner)."""
     if pid == jvm_pid:
         return "jvm"
     if pid == driver_pid:
