@@ -96,6 +96,9 @@ class SourceConfig:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     stale_after: float = 60.0
+    broker_timeout: float = 120.0  # planning retries an unanswering broker this long
+    commit_log_timeout: float = 120.0  # the leader's offsets may go unread this long
+    read_stall_timeout: float = 120.0  # a read task may make no progress this long
     commit_to_consumer_group: bool = False
     publish_commit_log: Optional[str] = None
     remote_offsets: str = "commit_log"
@@ -181,6 +184,9 @@ class ForwarderConfig:
         options["failOnDataLoss"] = _spark_value(source.fail_on_data_loss)
         options["includeHeaders"] = _spark_value(source.include_headers)
         options["staleAfter"] = _spark_value(source.stale_after)
+        options["brokerTimeout"] = _spark_value(source.broker_timeout)
+        options["commitLogTimeout"] = _spark_value(source.commit_log_timeout)
+        options["readStallTimeout"] = _spark_value(source.read_stall_timeout)
         options["remoteOffsets"] = source.remote_offsets
         options["commitToConsumerGroup"] = _spark_value(source.commit_to_consumer_group)
         if source.publish_commit_log is not None:
@@ -341,6 +347,9 @@ def _source(section: _Section) -> SourceConfig:
         fail_on_data_loss=section.get("fail_on_data_loss", _boolean),
         include_headers=section.get("include_headers", _boolean),
         stale_after=section.get("stale_after", _positive_duration),
+        broker_timeout=section.get("broker_timeout", _positive_duration),
+        commit_log_timeout=section.get("commit_log_timeout", _positive_duration),
+        read_stall_timeout=section.get("read_stall_timeout", _positive_duration),
         commit_to_consumer_group=section.get("commit_to_consumer_group", _boolean),
         publish_commit_log=section.get("publish_commit_log", _topic),
         remote_offsets=section.get("remote_offsets", _choice(REMOTE_OFFSETS)),

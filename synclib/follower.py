@@ -50,7 +50,8 @@ class CommitLogFollower(RemoteOffsetsTracker):
         self.topic = topic
         self._client_config = dict(client_config)
         self._listener = listener
-        self._partition_refresh_s = partition_refresh_s
+        # A refresh is what proves the broker answers: do it well within the deadline.
+        self._partition_refresh_s = min(partition_refresh_s, (unreachable_timeout_s or 15.0) / 3)
         self._poll_timeout_ms = poll_timeout_ms
 
     def _work(self) -> None:

@@ -85,6 +85,12 @@ def gate_line(views: Sequence[PartitionView]) -> str:
     return line + (f"; {stale} STALE" if stale else "")
 
 
+def _malformed_note(status: Optional[Mapping[str, Any]]) -> str:
+    """`; 3 malformed commit-log messages skipped` once there are any."""
+    skipped = int(((status or {}).get("commit_log") or {}).get("skipped_malformed") or 0)
+    return f"; {skipped} malformed commit-log messages skipped" if skipped else ""
+
+
 class ProgressReporter:
     """Turns new progress reports into console lines; tracks rows and batches of this run."""
 
@@ -108,7 +114,7 @@ class ProgressReporter:
             if key <= self._seen:
                 continue
             self._seen = key
-            lines.append(self._line(progress, views))
+            lines.append(self._line(progress, views) + _malformed_note(status))
         shape = tuple((v.topic, v.partition, "flowing" if v.state in FLOWING else v.state, v.stale)
                       for v in views)
         now = self._clock()

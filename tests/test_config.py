@@ -97,6 +97,9 @@ def test_local_yaml_is_the_embedded_default(tmp_path, monkeypatch):
         "staleAfter": "60",
         "remoteOffsets": "commit_log",
         "commitToConsumerGroup": "false",
+        "brokerTimeout": "120",
+        "commitLogTimeout": "120",
+        "readStallTimeout": "120",
     }
     with pytest.raises(ValueError, match="embedded broker"):
         config.source_options("embedded")
