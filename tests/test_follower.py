@@ -7,6 +7,15 @@ from synclib.remote import RemoteOffsetsError
 from tests.support import publish_commit, publish_raw, wait_until
 
 
+def follower_failure(follower: CommitLogFollower):
+    """The error `check()` raises, or None while the follower is healthy."""
+    try:
+        follower.check()
+    except RemoteOffsetsError as error:
+        return error
+    return None
+
+
 @pytest.fixture
 def follow(bootstrap_servers):
     followers = []
@@ -101,14 +110,8 @@ def test_thread_failure_surfaces_with_its_cause(new_topic, producer, follow):
     follower = follow(log, ["g"], listener=failing_listener)
     publish_commit(producer, log, "g", "events", 0, 42)
 
-    def died():
-        try:
-            follower.check()
-        except RemoteOffsetsError as error:
-            return error
-        return None
 
-    error = wait_until(died, what="follower death to surface")
+    error = wait_until(lambda: follower_failure(follower), what="follower death to surface")
     assert "listener exploded on offset 42" in str(error)
     assert isinstance(error.__cause__, RuntimeError)
     with pytest.raises(RemoteOffsetsError, match="listener exploded"):
@@ -122,14 +125,8 @@ def test_deleted_commit_log_topic_kills_the_follower_with_a_clear_error(new_topi
     wait_until(lambda: follower.remote_offset("events", 0) == 1, what="first commit")
     admin.delete([log])
 
-    def died():
-        try:
-            follower.check()
-        except RemoteOffsetsError as error:
-            return error
-        return None
 
-    error = wait_until(died, what="follower death after the topic is deleted")
+    error = wait_until(lambda: follower_failure(follower), what="follower death after the topic is deleted")
     assert f"commit-log topic {log!r} was deleted" in str(error)
 
 
@@ -146,14 +143,8 @@ def test_unreachable_broker_kills_the_follower_after_its_deadline(tmp_path):
             assert follower.wait_until_caught_up(30)
             broker.stop()
 
-            def died():
-                try:
-                    follower.check()
-                except RemoteOffsetsError as error:
-                    return error
-                return None
 
-            error = wait_until(died, timeout_s=60, what="follower death after the broker went away")
+            error = wait_until(lambda: follower_failure(follower), timeout_s=60, what="follower death after the broker went away")
             assert "no progress for" in str(error) and "last error" in str(error)
         finally:
             follower.stop()
