@@ -1,13 +1,18 @@
 """synclib benchmark: forwarder throughput vs a raw kafka-python consumer, gate latency, peak memory.
 
     spark-submit jobs/benchmark.py [--runs 3] [--messages 250000] [--config conf/local.yaml] [--output FILE]
+
+The benchmark is a development tool: it lives in the repository's benchmarks/ package, which
+is neither in the wheel nor in the zip shipped to executors.
 """
 
-import os
 import sys
+from pathlib import Path
 
-from synclib.benchmark import main
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.benchmark import main  # noqa: E402  (needs the repository root on sys.path)
 
 if __name__ == "__main__":
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.exit(main(default_config=os.path.join(root, "conf", "local.yaml")))
+    sys.exit(main(default_config=str(ROOT / "conf" / "local.yaml")))

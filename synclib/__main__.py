@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
-from synclib import status
+from synclib.app import status
 
 COMMANDS = {"status": status.main}
 USAGE = "usage: python -m synclib status --config FILE [--set KEY=VALUE ...] [--bootstrap HOST:PORT] [--json]"

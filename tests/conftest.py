@@ -15,8 +15,8 @@ from typing import Callable, Iterator
 import pytest
 from kafka import KafkaProducer
 
-from synclib.embedded import EmbeddedBroker, TopicAdmin
-from synclib.source import register
+from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
+from synclib.source.datasource import register
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 # Python workers must use this interpreter (the one with synclib's dependencies).

@@ -47,10 +47,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import yaml
 from deltalake import DeltaTable
 
-from synclib import checkpoint
-from synclib.embedded import EmbeddedBroker, TopicAdmin
-from synclib.simulation import EventProducer, SimulatedLeader
-from synclib.table import read_table_offsets
+from synclib.delta import checkpoint
+from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
+from synclib.embedded.world import EventProducer, SimulatedLeader
+from synclib.delta.table import read_table_offsets
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

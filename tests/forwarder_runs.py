@@ -13,8 +13,8 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from synclib.metadata import group_offsets
-from synclib.table import read_table_offsets
+from synclib.kafka.admin import group_offsets
+from synclib.delta.table import read_table_offsets
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "jobs" / "forwarder.py"

@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from synclib.embedded import LOOPBACK, free_port, wait_for_port
+from synclib.embedded.broker import LOOPBACK, free_port, wait_for_port
 
 
 def _read_exactly(sock: socket.socket, size: int) -> Optional[bytes]:
@@ -120,7 +120,7 @@ class KafkaProxy:
 
 
 class ProxiedBroker:
-    """A Tansu broker (as `synclib.embedded.EmbeddedBroker`) that advertises the proxy's
+    """A Tansu broker (as `synclib.embedded.broker.EmbeddedBroker`) that advertises the proxy's
     address, so every client reaches it through `proxy` (bootstrap and after)."""
 
     def __init__(self) -> None:

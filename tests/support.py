@@ -7,7 +7,7 @@ from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from kafka import KafkaProducer
 
-from synclib.commitlog import Commit, encode_commit
+from synclib.leader.commitlog import Commit, encode_commit
 
 T = TypeVar("T")
 

@@ -1,0 +1,244 @@
+"""`python -m synclib status --config FILE [--json]`: where a forwarder stands, without Spark.
+
+Per partition of the subscription: the follower's offset (the offsets recorded in the Delta
+table's latest synclib commit), each followed leader group's committed offset (the commit
+log read to its end, or the groups' committed offsets with `remote_offsets: group`), the
+high watermark, the lag (high watermark - follower offset), the partition state and how old
+the leader's newest commit is (from its `orig_message_ts`; unknown with `remote_offsets:
+group`, whose offsets carry no time). All offsets are next offsets, as everywhere in synclib.
+
+The embedded default starts its broker on a random port; a running embedded job advertises
+it in `<checkpoint>/synclib/embedded-broker.json` (see `advertise_embedded_broker`), which
+this command reads. `--bootstrap HOST:PORT` overrides the address in any case.
+
+Exit codes: 0 reported, 1 the broker or the forwarder's files could not be read, 2 invalid
+configuration or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from kafka.errors import KafkaError
+
+from synclib.leader.commitlog import Commit
+from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.leader.follower import CommitLogFollower
+from synclib.leader.group_poller import GroupOffsetsPoller
+from synclib.kafka.admin import KafkaMetadata
+from synclib.source.options import SourceOptions
+from synclib.app.progress import table
+from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
+from synclib.source.state import Offsets, get_state_from_offsets
+from synclib.delta.table import table_summary
+from synclib.offsets import TopicPartitionKey
+
+EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE = 0, 1, 2
+EMBEDDED_BROKER_FILE = os.path.join("synclib", "embedded-broker.json")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+
+class StatusError(RuntimeError):
+    """The status cannot be computed; the message says what is missing."""
+
+
+# --- the embedded broker's address ---------------------------------------------------------
+
+def embedded_broker_file(checkpoint_location: str) -> str:
+    return os.path.join(os.path.abspath(checkpoint_location), EMBEDDED_BROKER_FILE)
+
+
+@contextmanager
+def advertise_embedded_broker(checkpoint_location: str, bootstrap_servers: str) -> Iterator[str]:
+    """Write the running embedded broker's address next to the job's checkpoint; remove it on exit."""
+    path = embedded_broker_file(checkpoint_location)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".embedded-broker-")
+    with os.fdopen(fd, "w") as out:
+        json.dump({"bootstrap_servers": bootstrap_servers, "pid": os.getpid(), "started_at": time.time()}, out)
+    os.replace(tmp, path)
+    try:
+        yield path
+    finally:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def embedded_bootstrap(checkpoint_location: str) -> str:
+    """The address advertised by the embedded job running on this checkpoint."""
+    path = embedded_broker_file(checkpoint_location)
+    try:
+        with open(path) as file:
+            advertised = json.load(file)
+    except FileNotFoundError:
+        raise StatusError(f"the embedded forwarder is not running ({path} does not exist); "
+                          "start it, or pass --bootstrap HOST:PORT") from None
+    except ValueError as exc:
+        raise StatusError(f"{path} is not valid JSON: {exc}") from None
+    if not _alive(int(advertised["pid"])):
+        raise StatusError(f"the embedded forwarder that wrote {path} (pid {advertised['pid']}) "
+                          "is not running any more")
+    return str(advertised["bootstrap_servers"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        pass
+    return True
+
+
+# --- collecting ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    state: str
+    follower_offset: Optional[int]
+    leader_offset: Optional[int]  # minimum over the groups; None while any has not committed
+    leader_offsets: dict[str, Optional[int]]
+    high_watermark: Optional[int]
+    lag: Optional[int]
+    seconds_since_leader_commit: Optional[float]
+
+
+def collect(config: ForwarderConfig, bootstrap_servers: str,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """The forwarder's status as JSON-able data (raises `StatusError`, `KafkaError`)."""
+    reader_options = config.source_options(bootstrap_servers)
+    reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
+    options = SourceOptions.parse(reader_options)
+    summary = table_summary(config.sink.path)
+    follower = _table_offsets(summary.offsets if summary is not None else None)
+    metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
+    try:
+        commits = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
+        partitions = sorted(set(metadata.partitions()) | set(follower))
+        # A partition known only from the table whose topic is gone has no high watermark.
+        high_watermarks = metadata.high_watermarks(tp for tp in partitions if tp[0] in metadata.topic_ids)
+    finally:
+        metadata.close()
+    now = time.time()
+    return {
+        "checked_at": now,
+        "bootstrap_servers": bootstrap_servers,
+        "remote_offsets": options.remote_offsets,
+        "commit_log_topic": options.commit_log_topic,
+        "groups": list(options.commit_groups),
+        "table": None if summary is None else {
+            "path": config.sink.path, "version": summary.version, "rows": summary.rows,
+            "batch_id": summary.batch_id},
+        "partitions": [asdict(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now))
+                       for tp in partitions],
+    }
+
+
+def _table_offsets(offsets: Optional[Mapping[str, Mapping[str, int]]]) -> dict[TopicPartitionKey, int]:
+    return {(topic, int(p)): offset for topic, per in (offsets or {}).items() for p, offset in per.items()}
+
+
+def _leader_commits(options: SourceOptions, timeout_s: float) -> dict[str, dict[TopicPartitionKey, Commit]]:
+    tracker: RemoteOffsetsTracker
+    if options.remote_offsets == "group":
+        tracker = GroupOffsetsPoller(options.commit_groups, options.client_config,
+                                     unreachable_timeout_s=None)
+    else:
+        tracker = CommitLogFollower(options.commit_log_topic or "", options.commit_groups,
+                                    options.client_config, unreachable_timeout_s=None)
+    with tracker:
+        try:
+            if not tracker.wait_until_caught_up(timeout_s):
+                raise StatusError(f"{tracker.description} did not catch up within {timeout_s:g}s")
+            return tracker.commits()
+        except RemoteOffsetsError as exc:
+            raise StatusError(str(exc)) from None
+
+
+def _partition(tp: TopicPartitionKey, follower: Optional[int], high_watermark: Optional[int],
+               commits: Mapping[str, Mapping[TopicPartitionKey, Commit]], now: float) -> PartitionStatus:
+    latest = {group: per_tp.get(tp) for group, per_tp in commits.items()}
+    by_group = {group: (None if c is None else c.offset) for group, c in latest.items()}
+    known = [o for o in by_group.values() if o is not None]
+    leader = min(known) if len(known) == len(by_group) else None
+    # The gating group's newest commit: the oldest over the groups.
+    stamps = [c.orig_message_ts for c in latest.values() if c is not None and c.orig_message_ts is not None]
+    age = round(now - min(stamps), 1) if len(stamps) == len(latest) else None
+    lag = None if follower is None or high_watermark is None else max(0, high_watermark - follower)
+    return PartitionStatus(
+        topic=tp[0], partition=tp[1],
+        state=get_state_from_offsets(Offsets(follower, leader)).value,
+        follower_offset=follower, leader_offset=leader, leader_offsets=by_group,
+        high_watermark=high_watermark, lag=lag, seconds_since_leader_commit=age,
+    )
+
+
+# --- output ----------------------------------------------------------------------------------
+
+def format_status(status: Mapping[str, Any]) -> str:
+    groups = status["groups"]
+    source = (f"commit log {status['commit_log_topic']!r}" if status["remote_offsets"] == "commit_log"
+              else "group offsets")
+    summary = status["table"]
+    lines = [
+        f"kafka {status['bootstrap_servers']}; leader groups {', '.join(groups)} ({source})",
+        "Delta table: not created yet" if summary is None else
+        f"Delta table {summary['path']}: version {summary['version']}, {summary['rows']} rows, "
+        f"last batch {summary['batch_id']}",
+    ]
+    headers = ("topic", "partition", "state", "follower", *(f"leader {g}" for g in groups),
+               "high watermark", "lag", "since leader commit (s)")
+    rows = [(p["topic"], p["partition"], p["state"], p["follower_offset"],
+             *(p["leader_offsets"].get(g) for g in groups), p["high_watermark"], p["lag"],
+             p["seconds_since_leader_commit"]) for p in status["partitions"]]
+    return "\n".join(lines + [table(headers, rows) if rows else "no partitions"])
+
+
+# --- command line ----------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m synclib status",
+                                     description="Per-partition status of a forwarder, without Spark.")
+    parser.add_argument("--config", required=True, help="the forwarder's YAML config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="the same overrides the forwarder runs with")
+    parser.add_argument("--bootstrap", metavar="HOST:PORT",
+                        help="Kafka address (default: the config's; the running embedded broker's)")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="how long to wait for the broker (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.disable(logging.ERROR)  # failures are reported once, below, not logged by the clients too
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"status: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
+                                       else config.kafka.bootstrap_servers)
+        status = collect(config, bootstrap, args.timeout)
+    except (StatusError, KafkaError) as exc:
+        print(f"status: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return EXIT_OK

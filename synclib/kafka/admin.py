@@ -1,0 +1,115 @@
+"""Driver-side broker queries for planning: partitions, watermarks, group offsets.
+
+Each query is one batched request over all partitions, not one per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
+
+from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.subscription import Subscription
+from synclib.offsets import TopicPartitionKey
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = None) -> dict[str, tuple[Optional[str], tuple[int, ...]]]:
+    """One bounded metadata round trip: {topic: (topic id, partitions)} for the given topics
+    (all topics when None); topics that do not exist are absent."""
+    found = {}
+    for topic in admin.describe_topics(sorted(topics) if topics is not None else None):
+        if topic["error_code"] == 0:
+            partitions = tuple(sorted(p["partition_index"] for p in topic["partitions"]))
+            found[topic["name"]] = (topic.get("topic_id"), partitions)
+    return found
+
+
+def group_offsets(admin: KafkaAdminClient, group: str) -> dict[TopicPartitionKey, int]:
+    """Committed offsets of a consumer group (partitions it never committed are absent)."""
+    offsets = admin.list_group_offsets(group).get(group, {})
+    return {
+        (tp.topic, tp.partition): meta.offset
+        for tp, meta in offsets.items()
+        if meta is not None and meta.offset is not None and meta.offset >= 0
+    }
+
+
+def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t, p in sorted(partitions)]
+
+
+class BrokerUnavailableError(RuntimeError):
+    """Planning could not reach the brokers within its deadline."""
+
+
+class KafkaMetadata:
+    """The planner's view of the brokers, through one admin client: every request is bounded
+    by the client's request timeout and routed with fresh metadata (new topics included).
+    Retriable errors (broker down, leader moving, a topic being recreated) are retried until
+    `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
+
+    def __init__(self, client_config: Mapping[str, Any], subscription: Subscription,
+                 retry_timeout_s: float = 120.0) -> None:
+        self._subscription = subscription
+        self._retry_timeout_s = retry_timeout_s
+        self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
+        self.topic_ids: dict[str, Optional[str]] = {}
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._retry_timeout_s
+        backoff_s = 0.1
+        while True:
+            try:
+                return call()
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False):
+                    raise
+                if time.monotonic() + backoff_s > deadline:
+                    raise BrokerUnavailableError(
+                        f"{what}: no answer from the brokers for {self._retry_timeout_s:.0f}s; "
+                        f"last error: {type(exc).__name__}: {exc}") from exc
+                logger.warning("%s: %s; retrying", what, exc)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
+
+    def partitions(self) -> list[TopicPartitionKey]:
+        """Current partitions of the subscription (one metadata round trip); also refreshes
+        `topic_ids`, which change when a topic is deleted and recreated."""
+        described = self._retrying("listing topics",
+                                   lambda: describe_topics(self._admin, self._subscription.named_topics))
+        found: list[TopicPartitionKey] = []
+        for topic, (topic_id, partitions) in sorted(described.items()):
+            if not self._subscription.matches(topic):
+                continue
+            self.topic_ids[topic] = topic_id
+            found.extend((topic, p) for p in partitions if self._subscription.accepts(topic, p))
+        return found
+
+    def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        return self._list_offsets(partitions, OffsetSpec.LATEST)
+
+    def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        return self._list_offsets(partitions, OffsetSpec.EARLIEST)
+
+    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec) -> dict[TopicPartitionKey, int]:
+        tps = _tps(partitions)
+        if not tps:
+            return {}
+        found = self._retrying(f"listing {spec.name.lower()} offsets",
+                               lambda: self._admin.list_partition_offsets({tp: spec for tp in tps}))
+        return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
+
+    def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
+        return self._retrying(f"fetching offsets of group {group!r}", lambda: group_offsets(self._admin, group))
+
+    def close(self) -> None:
+        self._admin.close()

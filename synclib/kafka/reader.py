@@ -1,0 +1,193 @@
+"""Executor side: read exactly the offsets [start, end) of Kafka partitions as Arrow batches.
+
+Consumers are cached per Python worker process (Spark reuses workers across tasks and
+micro-batches), keyed by client configuration, so a task does not reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from kafka import KafkaConsumer, TopicPartition
+from pyspark.sql.datasource import InputPartition
+
+from synclib.kafka import arrow_records as arrowfetch
+from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.arrow_records import DecodedRecords
+
+logger = logging.getLogger(__name__)
+
+ARROW_BATCH_ROWS = 8192
+# Task sizing (see plan_tasks): small ranges are packed into tasks of about TASK_MIN_ROWS rows,
+# ranges over TASK_MAX_ROWS are split.
+TASK_MIN_ROWS = 50_000
+TASK_MAX_ROWS = 500_000
+# Read-path defaults that suit bulk reading; any of them can be overridden with kafka.*.
+# A task reads a range known to exist, so the broker need not hold a fetch open waiting for
+# data: a long-polling fetch left in flight at the end of a task would delay the next task
+# on this consumer (one fetch in flight per broker) by up to fetch_max_wait_ms. Fetches of
+# 1, 4 or 16 MiB cost the same CPU per record; 4 MiB keeps a worker's buffers small.
+READ_DEFAULTS = {
+    "fetch_max_wait_ms": 50,
+    "max_poll_records": 20000,
+    "fetch_max_bytes": 16 * 1024 * 1024,
+    "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    "receive_buffer_bytes": 4 * 1024 * 1024,
+}
+
+
+class KafkaDataLossError(RuntimeError):
+    """Offsets the query was going to read no longer exist (failOnDataLoss=true)."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """The offsets [start, end) of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: offset ranges, read one after the other."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def plan_tasks(ranges: Sequence[OffsetRange], min_rows: int = TASK_MIN_ROWS,
+               max_rows: int = TASK_MAX_ROWS) -> list[KafkaInputPartition]:
+    """Spark tasks for a micro-batch's ranges. Ranges over `max_rows` are split evenly (a hot
+    partition keeps several cores busy); pieces of at least `min_rows` are a task each; smaller
+    ones are bundled into tasks of about `min_rows` (each task costs two Python worker round
+    trips and a Parquet file, so a small batch is one task), a last short bundle joining the
+    least loaded task."""
+    pieces = []
+    for offsets in ranges:
+        count = -(-offsets.size // max_rows)
+        for index in range(count):
+            start = offsets.start + offsets.size * index // count
+            end = offsets.start + offsets.size * (index + 1) // count
+            pieces.append(OffsetRange(offsets.topic, offsets.partition, start, end))
+    tasks: list[list[OffsetRange]] = []
+    bundle: list[OffsetRange] = []
+    for piece in sorted(pieces, key=lambda piece: -piece.size):
+        if piece.size >= min_rows:
+            tasks.append([piece])
+            continue
+        bundle.append(piece)
+        if sum(p.size for p in bundle) >= min_rows:
+            tasks.append(bundle)
+            bundle = []
+    if bundle and tasks:
+        min(tasks, key=lambda task: sum(p.size for p in task)).extend(bundle)
+    elif bundle:
+        tasks.append(bundle)
+    return [KafkaInputPartition(sorted(task, key=lambda r: (r.topic, r.partition, r.start))) for task in tasks]
+
+
+_consumers: dict[tuple, KafkaConsumer] = {}
+_consumers_lock = threading.Lock()
+
+
+def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python kwargs of the read path's consumers (also used by the benchmark's reference)."""
+    return {**READ_DEFAULTS, **kafkaconf.for_consumer(client_config), "group_id": None,
+            "enable_auto_commit": False, "auto_offset_reset": "earliest",
+            "client_id": "synclib-reader"}
+
+
+def _cached_consumer(client_config: Mapping[str, Any]) -> KafkaConsumer:
+    key = tuple(sorted((k, repr(v)) for k, v in client_config.items()))
+    with _consumers_lock:
+        consumer = _consumers.get(key)
+        if consumer is None:
+            consumer = arrowfetch.install(KafkaConsumer(**consumer_settings(client_config)))
+            _consumers[key] = consumer
+        return consumer
+
+
+def read_partition(
+    task: KafkaInputPartition,
+    client_config: Mapping[str, Any],
+    schema: pa.Schema,
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    stall_timeout_s: float,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of the task's offset ranges, one range after the other."""
+    for offsets in task.ranges:
+        yield from _read_range(offsets, client_config, schema, include_headers=include_headers,
+                               fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
+                               stall_timeout_s=stall_timeout_s)
+
+
+def _read_range(
+    task: OffsetRange,
+    client_config: Mapping[str, Any],
+    schema: pa.Schema,
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    stall_timeout_s: float,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records with offsets in [task.start, task.end), stopping on position (offsets
+    may have gaps). If the partition now ends before `task.end` (topic recreated), that is data
+    loss: fail, or warn and stop at what exists."""
+    consumer = _cached_consumer(client_config)
+    tp = TopicPartition(task.topic, task.partition)
+    consumer.assign([tp])
+    consumer.seek(tp, task.start)
+    last_progress = time.monotonic()
+    position = task.start
+    while position < task.end:
+        for records in consumer.poll(timeout_ms=poll_timeout_ms).get(tp, ()):
+            yield from _arrow_batches(records, task.end, schema, include_headers)
+        new_position = consumer.position(tp)
+        if new_position > position:
+            position, last_progress = new_position, time.monotonic()
+        elif time.monotonic() - last_progress > stall_timeout_s:
+            hw = consumer.end_offsets([tp])[tp]
+            if hw >= task.end:
+                raise TimeoutError(
+                    f"{task.topic}[{task.partition}]: no progress reading offsets "
+                    f"[{task.start}, {task.end}) for {stall_timeout_s:.0f}s at offset {position} "
+                    f"(high watermark {hw})"
+                )
+            message = (
+                f"{task.topic}[{task.partition}]: offsets [{max(hw, task.start)}, {task.end}) are gone "
+                f"(the partition now ends at {hw}; topic deleted and recreated or truncated)"
+            )
+            if fail_on_data_loss:
+                raise KafkaDataLossError(message + "; set failOnDataLoss=false to continue")
+            logger.warning("%s; continuing because failOnDataLoss=false", message)
+            break
+
+
+def _arrow_batches(records: DecodedRecords, end: int, schema: pa.Schema,
+                   include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """`records` below offset `end`, in `schema`, at most ARROW_BATCH_ROWS rows per batch."""
+    rows = records.batch
+    below_end = rows.num_rows if records.offset < end else pc.sum(pc.less(rows.column("offset"), pa.scalar(end, pa.int64()))).as_py()
+    for start in range(0, below_end, ARROW_BATCH_ROWS):
+        length = min(ARROW_BATCH_ROWS, below_end - start)
+        columns = rows.slice(start, length).columns
+        if include_headers:
+            columns.append(records.headers(start, start + length, schema.field("headers").type))
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)

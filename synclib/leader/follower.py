@@ -1,0 +1,130 @@
+"""Background thread that follows the leader's commit-log topic.
+
+Reads every partition of the commit-log topic from the earliest offset (no consumer
+group) and records each decoded commit in the `RemoteOffsetsTracker` store. A malformed
+message is logged, counted and skipped. A deleted commit-log topic kills the follower; a
+broker that does not answer (or a client call that hangs) past the deadline makes
+`check()` fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from synclib.kafka import client_config as kafkaconf
+from synclib.leader.commitlog import Commit, CommitLogDecodeError, decode_commit
+from synclib.kafka.admin import describe_topics
+from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
+
+logger = logging.getLogger(__name__)
+
+CommitListener = Callable[[Commit], None]
+
+
+class CommitLogFollower(RemoteOffsetsTracker):
+    """Follows `topic` for `groups`; start() spawns a daemon thread, stop() joins it.
+
+    `client_config` holds kafka-python kwargs (from `kafkaconf.kafka_client_config`).
+    `listener`, if given, is called on the follower thread for each applied commit.
+    `unreachable_timeout_s`: `check()` fails when the broker has not answered a metadata
+    refresh (every `partition_refresh_s`), or a client call has hung, for this long.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        groups: Sequence[str],
+        client_config: Mapping[str, Any],
+        *,
+        listener: Optional[CommitListener] = None,
+        unreachable_timeout_s: Optional[float] = 120.0,
+        partition_refresh_s: float = 5.0,
+        poll_timeout_ms: int = 100,
+    ) -> None:
+        super().__init__(f"commit-log follower for topic {topic!r}", groups, unreachable_timeout_s)
+        self.topic = topic
+        self._client_config = dict(client_config)
+        self._listener = listener
+        # A refresh is what proves the broker answers: do it well within the deadline.
+        self._partition_refresh_s = min(partition_refresh_s, (unreachable_timeout_s or 15.0) / 3)
+        self._poll_timeout_ms = poll_timeout_ms
+
+    def _work(self) -> None:
+        client_id = f"synclib-commit-log-follower-{self.topic}"
+        admin = KafkaAdminClient(**kafkaconf.for_admin(self._client_config), client_id=client_id)
+        try:
+            consumer = KafkaConsumer(
+                **kafkaconf.for_consumer(self._client_config),
+                group_id=None,
+                enable_auto_commit=False,
+                client_id=client_id,
+                allow_auto_create_topics=False,
+            )
+            try:
+                self._follow(consumer, admin)
+            finally:
+                consumer.close()
+        finally:
+            admin.close()
+
+    def _follow(self, consumer: KafkaConsumer, admin: KafkaAdminClient) -> None:
+        assigned: set[TopicPartition] = set()
+        targets: Optional[dict[TopicPartition, int]] = None
+        last_refresh = float("-inf")
+        while not self._stopping.is_set():
+            if time.monotonic() - last_refresh >= self._partition_refresh_s:
+                last_refresh = time.monotonic()
+                try:
+                    ends = self._refresh_partitions(consumer, admin, assigned)
+                except KafkaError as exc:
+                    self._note_error(exc)
+                    logger.warning("%s: %s; retrying", self.description, exc)
+                    self._stopping.wait(0.5)
+                    continue
+                self._beat()
+                if targets is None:
+                    targets = ends
+            if targets is not None and not self._caught_up:
+                if all(consumer.position(tp) >= end for tp, end in targets.items()):
+                    self._mark_caught_up()
+            if not assigned:
+                self._stopping.wait(min(0.2, self._partition_refresh_s))
+                continue
+            for batch in consumer.poll(timeout_ms=self._poll_timeout_ms).values():
+                for record in batch:
+                    self._apply(record)
+
+    def _refresh_partitions(
+        self, consumer: KafkaConsumer, admin: KafkaAdminClient, assigned: set[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Assign new commit-log partitions from earliest; return the end offsets. Both are
+        broker round trips, so a broker that does not answer raises here."""
+        described = describe_topics(admin, [self.topic])
+        if self.topic not in described:
+            if assigned:
+                raise RemoteOffsetsError(f"commit-log topic {self.topic!r} was deleted")
+            return {}
+        _, partitions = described[self.topic]
+        new = {TopicPartition(self.topic, p) for p in partitions} - assigned
+        if new:
+            assigned |= new
+            consumer.assign(sorted(assigned))
+            consumer.seek_to_beginning(*new)
+        timeout_ms = int(1000 * min(self._unreachable_timeout_s or 30.0, 30.0))
+        return consumer.end_offsets(sorted(assigned), timeout_ms=timeout_ms) if assigned else {}
+
+    def _apply(self, record: Any) -> None:
+        try:
+            commit = decode_commit(record.key, record.value, record.headers or ())
+        except CommitLogDecodeError as exc:
+            logger.warning("skipping malformed commit-log message %s[%d]@%d: %s",
+                           record.topic, record.partition, record.offset, exc)
+            self._count_malformed()
+            return
+        if self._record(commit) and self._listener is not None:
+            self._listener(commit)

@@ -1,0 +1,72 @@
+"""After each committed micro-batch: tell Kafka how far this forwarder has got.
+
+- `commitToConsumerGroup`: commit the written offsets to the follower's `consumerGroup`,
+  so standard consumer-group lag tooling shows the forwarder.
+- `publishCommitLog`: publish the same offsets to a commit-log topic in the current
+  format (group = `consumerGroup`), so another synclib can follow this one.
+
+Both happen only after the sink's commit (Spark calls the source's `commit(end)` after
+the batch is durable), never before; only partitions whose offset moved are sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Optional
+
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.errors import NoError
+from kafka.structs import OffsetAndMetadata
+
+from synclib.kafka import client_config as kafkaconf
+from synclib.leader.commitlog import Commit, encode_commit
+from synclib.source.options import SourceOptions
+from synclib.source.planning import PartitionOffsets
+
+logger = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 30.0
+
+
+class ProgressPublisher:
+    def __init__(self, options: SourceOptions) -> None:
+        self._group = options.consumer_group or ""
+        self._topic = options.publish_commit_log
+        self._admin: Optional[KafkaAdminClient] = None
+        self._producer: Optional[KafkaProducer] = None
+        if options.commit_to_consumer_group:
+            self._admin = KafkaAdminClient(**kafkaconf.for_admin(options.client_config),
+                                           client_id="synclib-progress")
+        if self._topic:
+            self._producer = KafkaProducer(**kafkaconf.for_producer(options.client_config),
+                                           client_id="synclib-commit-log-publisher", linger_ms=0)
+        self._published: PartitionOffsets = {}
+
+    def publish(self, end: PartitionOffsets) -> None:
+        moved = {tp: offset for tp, offset in end.items() if self._published.get(tp) != offset}
+        if not moved:
+            return
+        if self._admin is not None:
+            results = self._admin.alter_group_offsets(self._group, {
+                TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in moved.items()})
+            failed = {f"{tp.topic}[{tp.partition}]": error.__name__
+                      for tp, error in results.items() if error is not NoError}
+            if failed:
+                logger.warning("could not commit offsets to group %r (has it active members?): %s",
+                               self._group, failed)
+        if self._producer is not None:
+            now = time.time()
+            futures = []
+            for (topic, partition), offset in sorted(moved.items()):
+                key, value = encode_commit(Commit(self._group, topic, partition, offset, orig_message_ts=now))
+                futures.append(self._producer.send(self._topic or "", key=key, value=value))
+            for future in futures:
+                future.get(SEND_TIMEOUT_S)
+        self._published.update(moved)
+        logger.debug("published progress of %d partitions for group %r", len(moved), self._group)
+
+    def close(self) -> None:
+        for client in (self._admin, self._producer):
+            if client is not None:
+                client.close()

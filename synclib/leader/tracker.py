@@ -1,0 +1,188 @@
+"""What the leader groups have committed, kept up to date by a background thread.
+
+`RemoteOffsetsTracker` holds the latest `Commit` per (group, topic, partition) (last write
+wins, so a leader reset moves an offset backwards) and answers the remote offset of a
+partition as the minimum over the followed groups, unknown while any group has not
+reported it. Subclasses feed it: `CommitLogFollower` (the leader's commit-log topic) and
+`GroupOffsetsPoller` (the groups' committed offsets in Kafka). If the thread dies, or makes
+no progress for longer than `unreachable_timeout_s`, every later query raises
+`RemoteOffsetsError` carrying the cause.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from synclib.leader.commitlog import Commit
+from synclib.offsets import TopicPartitionKey
+
+logger = logging.getLogger(__name__)
+
+
+
+class RemoteOffsetsError(RuntimeError):
+    """The thread tracking the leader's offsets died or stopped making progress."""
+
+
+@dataclass
+class RemoteStats:
+    applied: int = 0
+    skipped_malformed: int = 0
+    skipped_unfollowed_group: int = 0
+    last_commit_time: dict[str, float] = field(default_factory=dict)
+    last_error: Optional[str] = None
+
+
+class RemoteOffsetsTracker(abc.ABC):
+    """Thread lifecycle, the commit store and the queries; subclasses implement `_work`."""
+
+    def __init__(self, description: str, groups: Sequence[str], unreachable_timeout_s: Optional[float]) -> None:
+        if not groups:
+            raise ValueError("at least one leader group to follow is required")
+        self.description = description
+        self.groups = tuple(groups)
+        self._unreachable_timeout_s = unreachable_timeout_s
+        self._lock = threading.Condition()
+        self._commits: dict[str, dict[TopicPartitionKey, Commit]] = {g: {} for g in self.groups}
+        self._stats = RemoteStats()
+        self._caught_up = False
+        self._failure: Optional[BaseException] = None
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._heartbeat = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> "RemoteOffsetsTracker":
+        if self._thread is not None:
+            raise RuntimeError(f"{self.description} already started")
+        self._thread = threading.Thread(target=self._run, name=self.description, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> "RemoteOffsetsTracker":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- queries ---------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise `RemoteOffsetsError` if the thread died or made no progress past its deadline."""
+        with self._lock:
+            failure = self._failure
+            last_error = self._stats.last_error
+        if failure is not None:
+            raise RemoteOffsetsError(
+                f"{self.description} died: {type(failure).__name__}: {failure}"
+            ) from failure
+        stuck_for = time.monotonic() - self._heartbeat
+        if (self._unreachable_timeout_s is not None and self._thread is not None
+                and not self._stopping.is_set() and stuck_for > self._unreachable_timeout_s):
+            raise RemoteOffsetsError(
+                f"{self.description} is stuck: no progress for {stuck_for:.0f}s "
+                f"(limit {self._unreachable_timeout_s:.0f}s); last error: {last_error}"
+            )
+
+    def remote_offset(self, topic: str, partition: int) -> Optional[int]:
+        """Minimum committed offset over the followed groups; None while any has not reported."""
+        return self.remote_offsets([(topic, partition)])[(topic, partition)]
+
+    def remote_offsets(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, Optional[int]]:
+        """`remote_offset` for many partitions under one lock."""
+        self.check()
+        with self._lock:
+            return {tp: self._min_over_groups(tp) for tp in partitions}
+
+    def commits(self) -> dict[str, dict[TopicPartitionKey, Commit]]:
+        """Latest commit per followed group and partition (a copy)."""
+        self.check()
+        with self._lock:
+            return {g: dict(per_tp) for g, per_tp in self._commits.items()}
+
+    def stats(self) -> RemoteStats:
+        with self._lock:
+            return RemoteStats(self._stats.applied, self._stats.skipped_malformed,
+                               self._stats.skipped_unfollowed_group, dict(self._stats.last_commit_time),
+                               self._stats.last_error)
+
+    def wait_until_caught_up(self, timeout_s: float) -> bool:
+        """Wait until what the leader had committed when the thread started is known."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not self._caught_up and self._failure is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+        self.check()
+        return self._caught_up
+
+    def _min_over_groups(self, tp: TopicPartitionKey) -> Optional[int]:
+        offsets = []
+        for per_tp in self._commits.values():
+            commit = per_tp.get(tp)
+            if commit is None:
+                return None
+            offsets.append(commit.offset)
+        return min(offsets)
+
+    # -- for subclasses ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _work(self) -> None:
+        """The thread's body: feed `_record` until `_stopping` is set."""
+
+    def _beat(self) -> None:
+        """The thread made progress (resets the stuck-thread deadline)."""
+        self._heartbeat = time.monotonic()
+
+    def _latest_offset(self, group: str, tp: TopicPartitionKey) -> Optional[int]:
+        with self._lock:
+            commit = self._commits.get(group, {}).get(tp)
+            return None if commit is None else commit.offset
+
+    def _record(self, commit: Commit) -> bool:
+        """Store a commit (last write wins); False when its group is not followed."""
+        with self._lock:
+            per_tp = self._commits.get(commit.group)
+            if per_tp is None:
+                self._stats.skipped_unfollowed_group += 1
+                return False
+            per_tp[(commit.topic, commit.partition)] = commit
+            self._stats.applied += 1
+            self._stats.last_commit_time[commit.group] = time.time()
+            return True
+
+    def _count_malformed(self) -> None:
+        with self._lock:
+            self._stats.skipped_malformed += 1
+
+    def _note_error(self, error: Exception) -> None:
+        with self._lock:
+            self._stats.last_error = f"{type(error).__name__}: {error}"
+
+    def _mark_caught_up(self) -> None:
+        with self._lock:
+            self._caught_up = True
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # noqa: BLE001 - any death must surface to callers
+            logger.error("%s died: %r", self.description, exc)
+            with self._lock:
+                self._failure = exc
+                self._lock.notify_all()

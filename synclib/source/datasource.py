@@ -1,0 +1,367 @@
+"""The `synchronized_kafka` streaming source.
+
+Plans every micro-batch's end offsets as `min(locally available, remote committed)` per
+partition, where "remote" is what the leader groups have committed according to their
+commit log. Planning (driver) keeps a commit-log follower thread and a metadata client;
+reading (executors) uses a cached kafka-python consumer per Python worker. Neither is
+pickled: Spark ships the reader to workers with its options only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+from typing import Any, Iterator, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from synclib.leader.follower import CommitLogFollower
+from synclib.leader.group_poller import GroupOffsetsPoller
+from synclib.leader.publisher import ProgressPublisher
+from synclib.leader.tracker import RemoteOffsetsTracker
+from synclib.kafka.admin import KafkaMetadata
+from synclib.offsets import EARLIEST, LATEST, parse_offsets_json, to_offsets_json
+from synclib.source.options import SourceOptions
+from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
+from synclib.source.planning import PartitionOffsets, TopicPartitionKey, cap_offsets, limit_rows, plan_end_offsets
+from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "synchronized_kafka"
+FOLLOWER_CATCH_UP_TIMEOUT_S = 30.0
+
+BASE_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
+
+
+def output_schema_ddl(include_headers: bool) -> str:
+    return f"{BASE_SCHEMA_DDL}, {HEADERS_DDL}" if include_headers else BASE_SCHEMA_DDL
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.readStream.format("synchronized_kafka")` available in this session."""
+    spark.dataSource.register(SynchronizedKafkaDataSource)
+
+
+class SynchronizedKafkaDataSource(DataSource):
+    """Kafka source gated by a leader consumer group's commit log."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        include_headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return output_schema_ddl(include_headers)
+
+    def streamReader(self, schema: StructType) -> "SynchronizedKafkaStreamReader":
+        return SynchronizedKafkaStreamReader(SourceOptions.parse(self.options), schema)
+
+
+class _Planner:
+    """Driver-side state of a running query: broker metadata, the leader's offsets, the
+    per-partition state machine and the stale-leader tracker."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        _ignore_terminal_interrupts()
+        self.metadata = KafkaMetadata(options.client_config, options.subscription,
+                                      retry_timeout_s=options.broker_timeout_s)
+        self.states = SynchronizedPartitionStateManager(_log_state_change)
+        self.remote = _remote_offsets_tracker(options).start()
+        if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
+            logger.warning("%s not caught up after %.0fs; planning with what it has",
+                           self.remote.description, FOLLOWER_CATCH_UP_TIMEOUT_S)
+        self.publisher = ProgressPublisher(options) if (
+            options.commit_to_consumer_group or options.publish_commit_log) else None
+        self.high_watermarks: dict[TopicPartitionKey, int] = {}
+        self._topic_ids: dict[str, Optional[str]] = {}
+        self._remote_changed_at: dict[TopicPartitionKey, tuple[Optional[int], float]] = {}
+        self.stale: set[TopicPartitionKey] = set()
+
+    def releasable(self, start: PartitionOffsets) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """Discover partitions, refresh watermarks and the leader's offsets; return the
+        effective start (new partitions from earliest) and the releasable end per partition."""
+        start = dict(start)
+        partitions = self.metadata.partitions()
+        new = [tp for tp in partitions if tp not in start]
+        if new:
+            logger.info("new partitions %s: reading them from earliest", sorted(new))
+            start.update(self.metadata.earliest_offsets(new))
+        existing = set(partitions)  # partitions of a deleted topic keep their offsets
+        self.high_watermarks = self.metadata.high_watermarks(tp for tp in start if tp in existing)
+        restarted = self._restart_recreated_partitions(start)
+        start.update(restarted)
+        remote = self.remote.remote_offsets(list(start))
+        for (topic, partition), offset in start.items():
+            self.states.set_local_offset(topic, partition, offset)
+            if remote.get((topic, partition)) is not None:
+                self.states.set_remote_offset(topic, partition, remote[(topic, partition)])
+        self._track_staleness(start, remote)
+        # A restarted partition first moves back to earliest in a batch of its own.
+        return start, {**plan_end_offsets(start, self.high_watermarks, remote), **restarted}
+
+    def _restart_recreated_partitions(self, start: PartitionOffsets) -> PartitionOffsets:
+        """A partition whose topic was recreated (new topic id, or offsets now below the
+        query's position) lost data: fail, or return its earliest offset to restart from."""
+        recreated = {t for t, topic_id in self.metadata.topic_ids.items()
+                     if self._topic_ids.get(t, topic_id) != topic_id}
+        self._topic_ids.update(self.metadata.topic_ids)
+        moved = {tp: hw for tp, hw in self.high_watermarks.items()
+                 if hw < start[tp] or (tp[0] in recreated and start[tp] > 0)}
+        if not moved:
+            return {}
+        for (topic, partition), hw in sorted(moved.items()):
+            message = (f"{topic}[{partition}]: topic deleted and recreated or truncated: the query is "
+                       f"at offset {start[(topic, partition)]}, the partition now ends at {hw}")
+            if self.options.fail_on_data_loss:
+                raise KafkaDataLossError(message + "; set failOnDataLoss=false to restart it from earliest")
+            logger.warning("%s; restarting the partition from earliest (failOnDataLoss=false)", message)
+        return self.metadata.earliest_offsets(moved)
+
+    def _track_staleness(self, start: PartitionOffsets, remote: dict[TopicPartitionKey, Optional[int]]) -> None:
+        now = time.monotonic()
+        for tp, local in start.items():
+            offset = remote.get(tp)
+            seen = self._remote_changed_at.get(tp)
+            if seen is None or seen[0] != offset:
+                self._remote_changed_at[tp] = (offset, now)
+                self.stale.discard(tp)
+                continue
+            waiting = self.high_watermarks.get(tp, local) > max(local, offset or 0)
+            if waiting and now - seen[1] >= self.options.stale_after_s and tp not in self.stale:
+                self.stale.add(tp)
+                logger.warning(
+                    "%s[%d]: leader has committed nothing for %.0fs while data is waiting "
+                    "(follower %d, leader %s, high watermark %d)",
+                    tp[0], tp[1], now - seen[1], local, offset, self.high_watermarks[tp],
+                )
+            elif not waiting:
+                self.stale.discard(tp)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able snapshot for progress output and the status command."""
+        stats = self.remote.stats()
+        commits = self.remote.commits()
+        partitions = []
+        for (topic, partition), offsets in sorted(self.states.snapshot().items()):
+            partitions.append({
+                "topic": topic,
+                "partition": partition,
+                "state": self.states.get_state_from_offsets(offsets).value,
+                "follower_offset": offsets.local,
+                "leader_offset": offsets.remote,
+                "leader_offsets_by_group": {
+                    g: (c[(topic, partition)].offset if (topic, partition) in c else None)
+                    for g, c in commits.items()
+                },
+                "high_watermark": self.high_watermarks.get((topic, partition)),
+                "stale": (topic, partition) in self.stale,
+            })
+        return {
+            "updated_at": time.time(),
+            "partitions": partitions,
+            "commit_log": {
+                "applied": stats.applied,
+                "skipped_malformed": stats.skipped_malformed,
+                "last_commit_time": stats.last_commit_time,
+                "last_error": stats.last_error,
+            },
+        }
+
+    def close(self) -> None:
+        self.remote.stop()
+        self.metadata.close()
+        if self.publisher is not None:
+            self.publisher.close()
+
+
+def _ignore_terminal_interrupts() -> None:
+    """The planner lives in a Python process Spark starts beside the driver, in the terminal's
+    process group: a Ctrl-C meant for the job would kill it mid-planning and fail the query.
+    The job decides how to stop (after the batch in flight); this process ignores SIGINT."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
+    if options.remote_offsets == "group":
+        return GroupOffsetsPoller(options.commit_groups, options.client_config,
+                                  poll_interval_s=options.remote_poll_interval_s,
+                                  unreachable_timeout_s=options.commit_log_timeout_s)
+    return CommitLogFollower(options.commit_log_topic or "", options.commit_groups, options.client_config,
+                             unreachable_timeout_s=options.commit_log_timeout_s)
+
+
+def _log_state_change(topic: str, partition: int, old: StateAndOffsets, new: StateAndOffsets) -> None:
+    (old_state, _), (new_state, offsets) = old, new
+    logger.info("%s[%d]: %s -> %s (follower %s, leader %s)", topic, partition,
+                old_state.value, new_state.value, offsets.local, offsets.remote)
+
+
+def _write_json_atomically(path: str, payload: dict[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".status-")
+    with os.fdopen(fd, "w") as out:
+        json.dump(payload, out)
+    os.replace(tmp, path)
+
+
+class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark calls the planning methods on the driver and `read` on executors."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._planner: Optional[_Planner] = None
+        self._target: Optional[PartitionOffsets] = None
+        self._last_end: Optional[PartitionOffsets] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_planner"] = None
+        return state
+
+    @property
+    def planner(self) -> _Planner:
+        if self._planner is None:
+            self._planner = _Planner(self.options)
+        self._planner.remote.check()
+        return self._planner
+
+    # -- offsets ---------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        planner = self.planner
+        partitions = planner.metadata.partitions()
+        starting = self.options.starting
+        if isinstance(starting, dict):
+            offsets = self._resolve_specific(starting, partitions)
+        elif starting == "earliest":
+            offsets = planner.metadata.earliest_offsets(partitions)
+        elif starting == "committed":
+            committed = planner.metadata.group_offsets(self.options.consumer_group or "")
+            offsets = {tp: committed[tp] for tp in partitions if tp in committed}
+            missing = [tp for tp in partitions if tp not in committed]
+            reset = (planner.metadata.earliest_offsets if self.options.initial_offset_reset == "earliest"
+                     else planner.metadata.high_watermarks)
+            offsets.update(reset(missing))
+        else:  # latest
+            offsets = planner.metadata.high_watermarks(partitions)
+        logger.info("initial offsets (%s): %s", starting if isinstance(starting, str) else "json",
+                    to_offsets_json(offsets))
+        return to_offsets_json(offsets)
+
+    def _resolve_specific(self, given: PartitionOffsets, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
+        """Spark's -2/-1 mean earliest/latest; partitions not given start from earliest."""
+        metadata = self.planner.metadata
+        wanted = set(partitions) | set(given)
+        earliest = metadata.earliest_offsets(
+            [tp for tp in wanted if given.get(tp, EARLIEST) == EARLIEST])
+        latest = metadata.high_watermarks([tp for tp in wanted if given.get(tp) == LATEST])
+        return {tp: earliest.get(tp, 0) if given.get(tp, EARLIEST) == EARLIEST
+                else latest.get(tp, 0) if given[tp] == LATEST else given[tp] for tp in wanted}
+
+    def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
+        if start is None:  # Spark 4.0/4.1 runners call latestOffset() without arguments
+            start_offsets = self._last_end if self._last_end is not None else parse_offsets_json(self.initialOffset())
+            limit = self.getDefaultReadLimit()
+        else:
+            start_offsets = parse_offsets_json(start)
+        planner = self.planner
+        if planner.publisher is not None:
+            # Spark plans a batch only once the previous one is committed, so everything below
+            # `start` is durable in the sink (Spark's own commit(end) comes a batch later).
+            planner.publisher.publish(start_offsets)
+        effective_start, end = planner.releasable(start_offsets)
+        if self._target is not None:
+            end = cap_offsets(end, self._target, effective_start)
+        if isinstance(limit, ReadMaxRows):
+            end = limit_rows(effective_start, end, limit.max_rows)
+        self._last_end = end
+        if self.options.status_file:
+            _write_json_atomically(self.options.status_file, planner.status())
+        return to_offsets_json(end)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        hw = self.planner.high_watermarks
+        return to_offsets_json(hw) if hw else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target: what is releasable now (the follower is caught up first)."""
+        planner = self.planner
+        partitions = planner.metadata.partitions()
+        hw = planner.metadata.high_watermarks(partitions)
+        remote = planner.remote.remote_offsets(partitions)
+        self._target = {tp: min(hw[tp], offset) for tp, offset in remote.items() if offset is not None}
+        logger.info("Trigger.AvailableNow target: %s", to_offsets_json(self._target))
+
+    # -- partitions and reading --------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The offset ranges with work, packed and split into tasks (`plan_tasks`). A partition
+        new in this batch, or moved back to earliest after its topic was recreated (end below
+        start), reads from earliest."""
+        start_offsets, end_offsets = parse_offsets_json(start), parse_offsets_json(end)
+        with_work = {tp: stop for tp, stop in end_offsets.items() if start_offsets.get(tp) != stop}
+        earliest = self.planner.metadata.earliest_offsets(with_work)
+        ranges = []
+        for tp, stop in sorted(with_work.items()):
+            first = start_offsets.get(tp)
+            if first is None or first > stop:
+                first = earliest.get(tp, 0)
+            elif first < earliest.get(tp, 0):
+                first = self._data_lost_before(tp, first, earliest[tp])
+            if first < stop:
+                ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        return plan_tasks(ranges)
+
+    def _data_lost_before(self, tp: TopicPartitionKey, first: int, earliest: int) -> int:
+        message = (f"{tp[0]}[{tp[1]}]: offsets [{first}, {earliest}) were deleted before they "
+                   f"were read (retention or truncation)")
+        if self.options.fail_on_data_loss:
+            raise KafkaDataLossError(message + "; set failOnDataLoss=false to skip them")
+        logger.warning("%s; skipping them (failOnDataLoss=false)", message)
+        return earliest
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        return read_partition(
+            partition,
+            self.options.client_config,
+            to_arrow_schema(self.schema, timezone="UTC"),
+            include_headers=self.options.include_headers,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+            poll_timeout_ms=self.options.poll_timeout_ms,
+            stall_timeout_s=self.options.read_stall_timeout_s,
+        )
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: reading holds no broker-side state."""
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None

@@ -1,0 +1,40 @@
+"""Smoke run of the benchmark job with tiny sizes: it completes and writes sane JSON (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import benchmark
+
+
+def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    output = tmp_path / "benchmark-results.json"
+    assert benchmark.main([
+        "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
+        "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
+        "--latency-interval", "0.3", "--latency-rate", "200", "--workdir", str(tmp_path / "work"),
+        "--output", str(output),
+    ]) == 0
+    results = json.loads(output.read_text())
+
+    assert results["warmup_run"]["rows"] == 2 * 300 - 2 * int(300 * 0.2)
+    run = results["runs"][0]
+    forwarder = run["forwarder"]
+    assert forwarder["rows"] == 2 * 300 - 2 * int(300 * 0.2)
+    assert run["reference_msgs_per_s"] > 0 and forwarder["rows_per_s"] > 0 and forwarder["batches"] >= 1
+    assert abs(run["ratio"] - forwarder["rows_per_s"] / run["reference_msgs_per_s"]) < 1e-9
+    assert forwarder["memory_mib"]["jvm"] > 0 and forwarder["memory_mib"]["total"] >= forwarder["memory_mib"]["jvm"]
+
+    latency = run["latency"]
+    assert latency["steps"] == 2 and len(latency["samples_s"]) == 2
+    assert 0 < latency["p50_s"] <= latency["p99_s"] <= latency["max_s"]
+
+    memory = results["memory"]
+    assert memory["rows"] == {"N": 2 * 100 - 2 * int(100 * 0.2), "2N": 2 * 200 - 2 * int(200 * 0.2)}
+    assert set(memory["ratio"]) >= {"jvm", "total"}
+
+    assert results["median"]["ratio"] == run["ratio"]
+    assert set(results["targets"]) == {"ratio >= 1.5", "latency p50 <= 1s", "latency p99 <= 3s",
+                                       "peak memory at the larger backlog <= 1.2x N (total)"}
+    assert results["environment"]["cpus"] >= 1 and results["broker"] == bootstrap_servers

@@ -1,0 +1,58 @@
+import pytest
+
+from synclib.kafka.client_config import KafkaConfigError, kafka_client_config, redact
+
+
+def test_java_style_names_map_to_kafka_python():
+    config = kafka_client_config({
+        "kafka.bootstrap.servers": "a:9092, b:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.username": "user",
+        "kafka.sasl.password": "secret",
+        "kafka.ssl.ca.location": "/etc/ca.pem",
+        "kafka.request.timeout.ms": "15000",
+        "kafka.check.crcs": "false",
+        "subscribe": "events",
+    })
+    assert config == {
+        "bootstrap_servers": ["a:9092", "b:9092"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "user",
+        "sasl_plain_password": "secret",
+        "ssl_cafile": "/etc/ca.pem",
+        "request_timeout_ms": 15000,
+        "check_crcs": False,
+    }
+
+
+def test_jaas_config_gives_plain_credentials():
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+    assert kafka_client_config({"kafka.sasl.jaas.config": jaas}) == {
+        "sasl_plain_username": "u", "sasl_plain_password": "p"}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
+        ({"kafka.request.timeout.ms": "soon"}, "kafka.request.timeout.ms"),
+        ({"kafka.group.id": "x"}, "managed by synclib"),
+        ({"kafka.check.crcs": "maybe"}, "not a bool"),
+    ],
+)
+def test_bad_options_name_the_option(options, message):
+    with pytest.raises(KafkaConfigError, match=message):
+        kafka_client_config(options)
+
+
+def test_bad_secret_value_is_not_echoed():
+    with pytest.raises(KafkaConfigError) as error:
+        kafka_client_config({"kafka.sasl.jaas.config": "username=\"u\" hunter2"})
+    assert "hunter2" not in str(error.value)
+
+
+def test_redact_hides_secrets():
+    assert redact({"kafka.sasl.password": "p", "kafka.sasl.username": "u"}) == {
+        "kafka.sasl.password": "***", "kafka.sasl.username": "u"}
