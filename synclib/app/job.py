@@ -255,7 +255,7 @@ class Forwarder:
 
     def _start(self, spark: Any, bootstrap: str, status_path: str) -> Any:
         from synclib.delta import writer as sink
-        from synclib.source.datasource import datasource as source
+        from synclib.source import datasource as source
 
         source.register(spark)
         df = (spark.readStream.format(source.FORMAT_NAME)
