@@ -4,6 +4,7 @@
 #   ./spark-submit.sh [spark-submit options] JOB.py [job options]    another job, e.g. jobs/benchmark.py
 #   ./spark-submit.sh status --config FILE [--json]                  per-partition status, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
+#   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
 # Forwarder options (--config, --set, --available-now) may come before or after the
 # spark-submit options; everything after JOB.py goes to the job.
 # On first use it creates .venv (or $SYNCLIB_VENV) with synclib and its dependencies;
@@ -69,6 +70,8 @@ case "${1:-}" in
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
   status)
     shift; exec "$VENV/bin/python" -m synclib status "$@" ;;
+  lint)
+    "$VENV/bin/ruff" check . && exec "$VENV/bin/mypy" ;;
 esac
 
 # Split: spark-submit options, the job file, the job's options.
