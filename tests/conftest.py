@@ -22,6 +22,14 @@ EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 # Python workers must use this interpreter (the one with synclib's dependencies).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("kafka").setLevel(logging.WARNING)
+TEST_GROUPS = ("unit", "broker", "spark", "e2e")  # directories under tests/, markers in pyproject.toml
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its directory's group, so `pytest -m unit` selects tests/unit."""
+    for item in items:
+        if item.path.parent.name in TEST_GROUPS:
+            item.add_marker(item.path.parent.name)
 
 
 @pytest.fixture(scope="session")
