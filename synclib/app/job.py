@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.source.status import PlannerStatus
 
 if TYPE_CHECKING:  # pyspark, deltalake: imported only once the configuration is valid
     from synclib.app.progress import ProgressReporter
@@ -312,7 +313,7 @@ class Forwarder:
         if not self.config.logging.progress:
             return
         progresses = [json.loads(p.json) for p in query.recentProgress]
-        for line in reporter.update(progresses, _read_status(status_path)):
+        for line in reporter.update(progresses, PlannerStatus.read(status_path)):
             print(line, flush=True)
 
     @staticmethod
@@ -338,7 +339,7 @@ class Forwarder:
         from synclib.delta.table import table_summary
 
         path = self.config.sink.path
-        print(format_summary(path, table_summary(path), _read_status(status_path), headline), flush=True)
+        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline), flush=True)
         return EXIT_OK
 
 
@@ -361,11 +362,3 @@ def failed_batch(exc: Any) -> Optional[str]:
             elif begin != stop:
                 ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
     return ", ".join(ranges) or None
-
-
-def _read_status(path: str) -> Optional[dict[str, Any]]:
-    try:
-        with open(path) as status:
-            return json.load(status)
-    except (FileNotFoundError, ValueError):
-        return None

@@ -2,36 +2,40 @@
 
 kafka-python turns every record into two Python objects (a DefaultRecord, then a
 ConsumerRecord) and decodes each varint in Python: about 5 µs a record, the ceiling of any
-consumer built on it. `install(consumer)` makes the consumer's fetcher decode a whole fetch
-response of a partition at once instead: kafka-python still checks CRCs (crc32c) and
+consumer built on it. With `arrow_partition_records()` installed on a consumer's fetcher
+(`synclib.kafka.fetch_path` does that after a self-check), a whole fetch response of a
+partition is decoded at once instead: kafka-python still checks CRCs (crc32c) and
 decompresses each record batch; record boundaries come from a short Python loop (one
 varint per record); every other field is decoded by vectorized Arrow kernels, and keys and
 values are gathered into binary arrays without Python objects per record. `poll()` then
 returns `{tp: [DecodedRecords]}`: one item per fetch response, offsets ascending, starting
-at the fetch position.
+at the fetch position. The kafka-python internals this needs are in `synclib.compat.kafka_python`.
 
-This replaces `Fetcher.PartitionRecords._unpack_records`, a kafka-python internal (the
-dependency is pinned to kafka-python 3.x); `install` fails loudly if it is missing.
+Without them, `listed_records` turns the public API's ConsumerRecords into the same columns.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from kafka import KafkaConsumer
-from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
-from kafka.protocol.consumer import IsolationLevel
 from kafka.structs import TopicPartition
+
+from synclib.compat import kafka_python
+from synclib.compat.kafka_python import BatchRecords, LegacyRecord, Piece
 
 KAFKA_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
 ])
+# Spark's `headers array<struct<key: string, value: binary>>`.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 _LOG_APPEND_TIME = 1
 _VARINT_MAX_BYTES = 10
@@ -50,7 +54,10 @@ class DecodedRecords:
     @property
     def offset(self) -> int:
         """The last offset: kafka-python's fetcher skips items below its fetch position by it."""
-        return self.batch.column(4)[-1].as_py()
+        return int(self.batch.column(4)[-1].as_py())
+
+    def __len__(self) -> int:
+        return int(self.batch.num_rows)
 
     def headers(self, start: int, stop: int, type_: pa.DataType) -> pa.Array:
         """The headers of rows [start, stop) as `type_` (Spark's `array<struct<key, value>>`)."""
@@ -144,18 +151,7 @@ def _binary(data: pa.Buffer, starts: pa.Array, lengths: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), count, [valid.buffers()[1], *values.buffers()[1:]])
 
 
-@dataclass(frozen=True)
-class _Segment:
-    """One record batch's records: where they are in the payload and the batch's header fields."""
-
-    count: int
-    base_offset: int
-    first_timestamp: int
-    max_timestamp: int
-    timestamp_type: int
-
-
-def _record_starts(payload: bytes, segments: list[_Segment]) -> list[int]:
+def _record_starts(payload: bytes, segments: Sequence[BatchRecords]) -> list[int]:
     """Where each record (its length varint) starts; checks each batch ends with its last record."""
     starts: list[int] = []
     append = starts.append
@@ -179,14 +175,14 @@ def _record_starts(payload: bytes, segments: list[_Segment]) -> list[int]:
     return starts
 
 
-def _per_record(segments: list[_Segment], field: str, type_: pa.DataType) -> pa.Array:
+def _per_record(segments: Sequence[BatchRecords], field: str, type_: pa.DataType) -> pa.Array:
     run_ends = pa.array(list(accumulate(s.count for s in segments)), pa.int32())
     values = pa.array([getattr(s, field) for s in segments], type_)
     return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values))
 
 
-def _decode_v2(tp: TopicPartition, payload: bytes, segments: list[_Segment], fetch_offset: int
-               ) -> Optional[DecodedRecords]:
+def _decode_v2(tp: TopicPartition, payload: bytes, segments: Sequence[BatchRecords], fetch_offset: int
+               ) -> DecodedRecords | None:
     starts = _record_starts(payload, segments)
     buffer = pa.py_buffer(payload)
     data = pa.Array.from_buffers(pa.uint8(), len(payload), [None, buffer])
@@ -231,95 +227,46 @@ def _decode_v2(tp: TopicPartition, payload: bytes, segments: list[_Segment], fet
     return DecodedRecords(batch, payload, rows(header_positions))
 
 
-def _decode_legacy(tp: TopicPartition, records: list[Any]) -> DecodedRecords:
-    """Message format v0/v1 (brokers before 0.11): few and small, decoded per record."""
+def _record_columns(tp: TopicPartition, records: Sequence[LegacyRecord]) -> pa.RecordBatch:
+    """Records kafka-python parsed one by one (v0/v1 records, ConsumerRecords) as columns."""
     count = len(records)
-    batch = pa.RecordBatch.from_arrays([
+    millis = [(r.timestamp if r.timestamp is not None else -1) * 1000 for r in records]
+    return pa.RecordBatch.from_arrays([
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.value for r in records], pa.binary()),
         pa.repeat(pa.scalar(tp.topic, pa.string()), count),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), count),
         pa.array([r.offset for r in records], pa.int64()),
-        pa.array([(r.timestamp if r.timestamp is not None else -1) * 1000 for r in records], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(millis, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         pa.array([max(r.timestamp_type or 0, 0) for r in records], pa.int32()),
     ], schema=KAFKA_SCHEMA)
-    return DecodedRecords(batch, b"", pa.repeat(pa.scalar(_NO_HEADERS, pa.int64()), count))
 
 
-# --- the fetcher hook --------------------------------------------------------------------------
+def _decode_legacy(tp: TopicPartition, records: Sequence[LegacyRecord], fetch_offset: int) -> DecodedRecords:
+    """Message format v0/v1 (brokers before 0.11): few and small, no headers, decoded per record."""
+    batch = _record_columns(tp, [r for r in records if r.offset >= fetch_offset])
+    return DecodedRecords(batch, b"", pa.repeat(_i64(_NO_HEADERS), batch.num_rows))
 
-class ArrowPartitionRecords(Fetcher.PartitionRecords):
-    """A partition's fetched records, decoded into one `DecodedRecords` per fetch response.
 
-    Same batch-level rules as kafka-python: CRC check, control batches skipped, aborted
-    transactions skipped under read_committed, records below the fetch offset dropped.
-    """
-
-    def _unpack_records(self, tp: TopicPartition, records: Any, key_deserializer: Any,
-                        value_deserializer: Any) -> Iterator[DecodedRecords]:
-        pieces = []
-        payloads: list[memoryview] = []
-        segments: list[_Segment] = []
-        legacy: list[Any] = []
-
-        def flush() -> None:
-            if segments:
-                pieces.append(_decode_v2(tp, b"".join(payloads + [_PADDING]), list(segments), self.fetch_offset))
-                payloads.clear()
-                segments.clear()
-            if legacy:
-                pieces.append(_decode_legacy(tp, [r for r in legacy if r.offset >= self.fetch_offset]))
-                legacy.clear()
-
-        batch = records.next_batch()
-        while batch is not None:
-            if self.check_crcs and not batch.validate_crc():
-                raise CorruptRecordError(f"Record batch for partition {tp} at offset "
-                                         f"{batch.base_offset} failed crc check")
-            self.bytes_read += batch.size_in_bytes
-            if batch.magic < 2:
-                if segments:
-                    flush()
-                for record in batch:
-                    if self.check_crcs and not record.validate_crc():
-                        raise CorruptRecordError(f"Record for partition {tp} at offset {record.offset} "
-                                                 "failed crc check")
-                    legacy.append(record)
-                self.next_fetch_offset = legacy[-1].offset + 1 if legacy else self.next_fetch_offset
-            elif self._skip(batch):
-                self.next_fetch_offset = batch.next_offset
-            else:
-                if legacy:
-                    flush()
-                iter(batch)  # decompresses
-                payloads.append(memoryview(batch._buffer)[batch._pos:])
-                segments.append(_Segment(batch.records_count, batch.base_offset, batch.first_timestamp,
-                                         batch.max_timestamp, batch.timestamp_type))
-                self.next_fetch_offset = batch.next_offset
-            batch = records.next_batch()
-        flush()
-        decoded = [p for p in pieces if p is not None and p.batch.num_rows]
-        self.records_read += sum(p.batch.num_rows for p in decoded)
-        # Drained before the caller sees the data: the fetcher may fetch this partition again
-        # while the caller converts and ships these records.
-        self.drain()
-        if len(decoded) == 1:
-            yield decoded[0]
-        elif decoded:
-            yield DecodedRecords(pa.Table.from_batches([p.batch for p in decoded]).combine_chunks().to_batches()[0],
-                                 b"".join(p.payload for p in decoded),
-                                 _shifted_header_positions(decoded))
-
-    def _skip(self, batch: Any) -> bool:
-        """Control batches, and batches of aborted transactions under read_committed."""
-        self.leader_epoch = batch.leader_epoch
-        if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
-            self._consume_aborted_transactions_up_to(batch.last_offset)
-            if self._contains_abort_marker(batch):
-                self.aborted_producer_ids.discard(batch.producer_id)
-            elif self._is_batch_aborted(batch):
-                return True
-        return batch.is_control_batch
+def decode_fetch(tp: TopicPartition, pieces: Sequence[Piece], fetch_offset: int) -> DecodedRecords | None:
+    """The records at or after `fetch_offset` of one fetch response's batches, as one item
+    (the decoder of `synclib.compat.kafka_python.partition_records_class`)."""
+    decoded: list[DecodedRecords | None] = []
+    run: list[BatchRecords] = []  # consecutive v2 batches: decoded together
+    for piece in [*pieces, None]:
+        if isinstance(piece, BatchRecords):
+            run.append(piece)
+            continue
+        if run:
+            decoded.append(_decode_v2(tp, b"".join([*(r.payload for r in run), _PADDING]), run, fetch_offset))
+            run = []
+        if piece:
+            decoded.append(_decode_legacy(tp, piece, fetch_offset))
+    found = [d for d in decoded if d is not None and d.batch.num_rows]
+    if len(found) <= 1:
+        return found[0] if found else None
+    return DecodedRecords(pa.Table.from_batches([d.batch for d in found]).combine_chunks().to_batches()[0],
+                          b"".join(d.payload for d in found), _shifted_header_positions(found))
 
 
 def _shifted_header_positions(pieces: list[DecodedRecords]) -> pa.Array:
@@ -331,12 +278,35 @@ def _shifted_header_positions(pieces: list[DecodedRecords]) -> pa.Array:
     return pa.concat_arrays(shifted)
 
 
-def install(consumer: KafkaConsumer) -> KafkaConsumer:
-    """Make `consumer.poll()` return `DecodedRecords` instead of ConsumerRecords."""
-    fetcher = getattr(consumer, "_fetcher", None)
-    if not isinstance(fetcher, Fetcher) or not hasattr(Fetcher.PartitionRecords, "_unpack_records"):
-        raise RuntimeError("this kafka-python version does not have the fetcher internals synclib's "
-                           "Arrow reader replaces (Fetcher.PartitionRecords._unpack_records)")
-    fetcher.PartitionRecords = ArrowPartitionRecords
-    return consumer
+@functools.cache
+def arrow_partition_records() -> type:
+    """The fetcher's PartitionRecords class that yields `DecodedRecords` (call only when
+    `synclib.compat.kafka_python.fast_path_problem()` is None)."""
+    return kafka_python.partition_records_class(decode_fetch)
 
+
+# --- the public-API path -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ListedRecords:
+    """Records that kafka-python's public API returned (ConsumerRecords), as Arrow columns."""
+
+    batch: pa.RecordBatch  # KAFKA_SCHEMA
+    header_rows: list[list[dict[str, Any]]]
+
+    @property
+    def offset(self) -> int:
+        return int(self.batch.column(4)[-1].as_py())
+
+    def headers(self, start: int, stop: int, type_: pa.DataType) -> pa.Array:
+        return pa.array(self.header_rows[start:stop], type_)
+
+
+def listed_records(tp: TopicPartition, records: Sequence[Any]) -> ListedRecords:
+    """kafka-python ConsumerRecords of one partition (offsets ascending) as Arrow columns."""
+    return ListedRecords(_record_columns(tp, records),
+                         [[{"key": key, "value": value} for key, value in r.headers] for r in records])
+
+
+# What a consumer's poll yields per partition on either path.
+Records = DecodedRecords | ListedRecords

@@ -9,17 +9,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from pyspark.sql.datasource import InputPartition
 
-from synclib.kafka import arrow_records as arrowfetch
 from synclib.kafka import client_config as kafkaconf
-from synclib.kafka.arrow_records import DecodedRecords
+from synclib.kafka.arrow_records import Records
+from synclib.kafka.fetch_path import RecordsConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def plan_tasks(ranges: Sequence[OffsetRange], min_rows: int = TASK_MIN_ROWS,
     return [KafkaInputPartition(sorted(task, key=lambda r: (r.topic, r.partition, r.start))) for task in tasks]
 
 
-_consumers: dict[tuple, KafkaConsumer] = {}
+_consumers: dict[tuple[tuple[str, str], ...], RecordsConsumer] = {}
 _consumers_lock = threading.Lock()
 
 
@@ -110,12 +111,12 @@ def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
             "client_id": "synclib-reader"}
 
 
-def _cached_consumer(client_config: Mapping[str, Any]) -> KafkaConsumer:
+def _cached_consumer(client_config: Mapping[str, Any]) -> RecordsConsumer:
     key = tuple(sorted((k, repr(v)) for k, v in client_config.items()))
     with _consumers_lock:
         consumer = _consumers.get(key)
         if consumer is None:
-            consumer = arrowfetch.install(KafkaConsumer(**consumer_settings(client_config)))
+            consumer = RecordsConsumer(consumer_settings(client_config))
             _consumers[key] = consumer
         return consumer
 
@@ -150,15 +151,17 @@ def _read_range(
     """Yield the records with offsets in [task.start, task.end), stopping on position (offsets
     may have gaps). If the partition now ends before `task.end` (topic recreated), that is data
     loss: fail, or warn and stop at what exists."""
-    consumer = _cached_consumer(client_config)
+    records_consumer = _cached_consumer(client_config)
+    consumer = records_consumer.kafka
     tp = TopicPartition(task.topic, task.partition)
     consumer.assign([tp])
     consumer.seek(tp, task.start)
     last_progress = time.monotonic()
     position = task.start
     while position < task.end:
-        for records in consumer.poll(timeout_ms=poll_timeout_ms).get(tp, ()):
+        for records in records_consumer.poll(tp, poll_timeout_ms):
             yield from _arrow_batches(records, task.end, schema, include_headers)
+        # Past control markers and aborted records too: a range ending in them completes.
         new_position = consumer.position(tp)
         if new_position > position:
             position, last_progress = new_position, time.monotonic()
@@ -180,11 +183,12 @@ def _read_range(
             break
 
 
-def _arrow_batches(records: DecodedRecords, end: int, schema: pa.Schema,
+def _arrow_batches(records: Records, end: int, schema: pa.Schema,
                    include_headers: bool) -> Iterator[pa.RecordBatch]:
     """`records` below offset `end`, in `schema`, at most ARROW_BATCH_ROWS rows per batch."""
     rows = records.batch
-    below_end = rows.num_rows if records.offset < end else pc.sum(pc.less(rows.column("offset"), pa.scalar(end, pa.int64()))).as_py()
+    below_end = (rows.num_rows if records.offset < end
+                 else pc.sum(pc.less(rows.column("offset"), pa.scalar(end, pa.int64()))).as_py())
     for start in range(0, below_end, ARROW_BATCH_ROWS):
         length = min(ARROW_BATCH_ROWS, below_end - start)
         columns = rows.slice(start, length).columns

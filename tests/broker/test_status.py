@@ -91,7 +91,7 @@ def test_status_with_remote_offsets_group(bootstrap_servers, producer, new_topic
     config = write_config(tmp_path, "fwd", bootstrap_servers, {
         "subscribe": events, "remote_offsets": "group", "commit_groups": [leader]})
 
-    report = status.collect(load_config(config), bootstrap_servers, timeout_s=30)
+    report = status.collect(load_config(config), bootstrap_servers, timeout_s=30).to_json()
 
     assert report["remote_offsets"] == "group" and report["table"] is None
     got = {p: (s["state"], s["leader_offsets"], s["high_watermark"], s["seconds_since_leader_commit"])

@@ -120,7 +120,7 @@ def test_two_groups_release_up_to_the_smaller_commit(world):
     assert world.released() == []
     world.commit(0, 6, group="search")
     world.wait_released(offsets(0, 0, 6))
-    assert world.partition_status(0)["leader_offsets_by_group"] == {"snuba": 8, "search": 6}
+    assert world.partition_status(0)["leader_offsets"] == {"snuba": 8, "search": 6}
 
 
 def test_each_partition_released_exactly_below_its_commit(world, spark):

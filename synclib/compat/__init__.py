@@ -1,0 +1,1 @@
+"""Private APIs of synclib's dependencies, one module per dependency, each use version-guarded."""

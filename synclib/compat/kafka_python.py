@@ -1,0 +1,254 @@
+"""Every private kafka-python API synclib touches, in one place, guarded by the tested version.
+
+synclib's Arrow reader replaces how kafka-python's fetcher turns one fetch response of a
+partition into records. That needs kafka-python internals, all of them used here only:
+
+- `KafkaConsumer._fetcher` and the class it instantiates per fetch response,
+  `Fetcher.PartitionRecords`: its `_unpack_records` generator is overridden; the subclass uses
+  the transaction helpers `_consume_aborted_transactions_up_to`, `_contains_abort_marker`,
+  `_is_batch_aborted` and the attributes its constructor sets (`fetch_offset`,
+  `next_fetch_offset`, `check_crcs`, `isolation_level`, ...);
+- a v2 record batch's decompressed record bytes (`DefaultRecordBatch._buffer` from `_pos`,
+  once iterating has decompressed it);
+- kafka-python's own parser on raw bytes (constructing `Fetcher.PartitionRecords`) and its
+  record builder (`MemoryRecordsBuilder`): the start-up self-check and the tests use them.
+
+`fast_path_problem()` says why these cannot be used (None when they can): a kafka-python other
+than `TESTED_VERSION`, or a missing hook. Callers then read through the public API instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import kafka
+import kafka.codec
+from kafka import KafkaConsumer
+from kafka.consumer.fetcher import Fetcher
+from kafka.errors import CorruptRecordError, UnsupportedCodecError
+from kafka.protocol.consumer import IsolationLevel
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.structs import TopicPartition
+
+# The kafka-python minor version the Arrow reader is tested with (pyproject pins the same).
+TESTED_VERSION = (3, 0)
+_PARTITION_RECORDS_MEMBERS = ("_unpack_records", "_consume_aborted_transactions_up_to",
+                              "_contains_abort_marker", "_is_batch_aborted", "drain", "take")
+_BATCH_SLOTS = ("_buffer", "_pos")
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A compression codec of Kafka record batches and the package kafka-python decodes it with."""
+
+    name: str
+    available: Callable[[], bool]
+    package: str
+
+
+# kafka-python looks each library up when it decompresses (kafka.codec), so these do too.
+CODECS = {
+    DefaultRecordBatch.CODEC_GZIP: Codec("gzip", lambda: kafka.codec.has_gzip(), "the Python standard library"),
+    DefaultRecordBatch.CODEC_SNAPPY: Codec("snappy", lambda: kafka.codec.has_snappy(), "python-snappy"),
+    DefaultRecordBatch.CODEC_LZ4: Codec("lz4", lambda: kafka.codec.has_lz4(), "lz4"),
+    DefaultRecordBatch.CODEC_ZSTD: Codec("zstd", lambda: kafka.codec.has_zstd(), "zstandard"),
+}
+
+
+class MissingCodecError(UnsupportedCodecError):  # type: ignore[misc]
+    """A record batch is compressed with a codec whose library is not installed."""
+
+    def __init__(self, tp: TopicPartition, offset: int, codec: str) -> None:
+        package = next((c.package for c in CODECS.values() if c.name == codec), None)
+        remedy = (f"install the Python package {package!r} where the job runs (synclib's package "
+                  f"dependencies include it)" if package else "no decoder is known for it")
+        super().__init__(f"{tp.topic}[{tp.partition}] offset {offset}: cannot decode a record batch "
+                         f"compressed with {codec}: {remedy}")
+
+
+def missing_codec_error(tp: TopicPartition, offset: int, error: UnsupportedCodecError) -> MissingCodecError:
+    """kafka-python's codec error (public-API path) with the partition, offset and remedy."""
+    named = re.search(r"for (\w+) compression", str(error)) or re.search(r"type: (\S+)", str(error))
+    return MissingCodecError(tp, offset, named.group(1) if named else str(error))
+
+
+def installed_version() -> str:
+    return str(getattr(kafka, "__version__", "unknown"))
+
+
+def version_problem() -> str | None:
+    """Why the installed kafka-python is not the tested one; None when it is."""
+    version = installed_version()
+    release = re.match(r"(\d+)\.(\d+)", version)
+    if release and (int(release.group(1)), int(release.group(2))) == TESTED_VERSION:
+        return None
+    tested = ".".join(map(str, TESTED_VERSION))
+    return f"kafka-python {version} is not the version the Arrow reader is tested with ({tested}.x)"
+
+
+def hook_problem() -> str | None:
+    """Why the fetcher internals the Arrow reader replaces are missing; None when present."""
+    base = getattr(Fetcher, "PartitionRecords", None)
+    if not isinstance(base, type):
+        return "kafka-python's Fetcher has no PartitionRecords class"
+    missing = [name for name in _PARTITION_RECORDS_MEMBERS if not callable(getattr(base, name, None))]
+    missing += [f"DefaultRecordBatch.{slot}" for slot in _BATCH_SLOTS
+                if slot not in getattr(DefaultRecordBatch, "__slots__", ())]
+    if missing:
+        return f"kafka-python's fetcher internals lack {', '.join(missing)}"
+    return None
+
+
+def fast_path_problem() -> str | None:
+    """Why the fetcher hook must not be used (version, then hook); None when it may."""
+    return version_problem() or hook_problem()
+
+
+@dataclass(frozen=True)
+class BatchRecords:
+    """The decompressed records of one message format v2 batch, with the header fields they need."""
+
+    payload: memoryview
+    count: int
+    base_offset: int
+    first_timestamp: int
+    max_timestamp: int
+    timestamp_type: int
+
+
+class LegacyRecord(Protocol):
+    """A message format v0/v1 record (brokers before 0.11), as kafka-python parses it."""
+
+    key: bytes | None
+    value: bytes | None
+    offset: int
+    timestamp: int | None
+    timestamp_type: int | None
+
+
+# One fetched batch: a v2 batch's records, or a v0/v1 batch's parsed records.
+Piece = BatchRecords | list[LegacyRecord]
+
+
+class Decoded(Protocol):
+    """What a decoder makes of one fetch response: its records, `offset` being the last."""
+
+    @property
+    def offset(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+# (partition, the fetched pieces in order, fetch offset) -> the records at or after the fetch offset
+Decoder = Callable[[TopicPartition, Sequence[Piece], int], Decoded | None]
+
+
+def partition_records_class(decode: Decoder) -> type:
+    """A `Fetcher.PartitionRecords` whose records are `decode(...)` of each whole fetch response:
+    one item per response. Same batch-level rules as kafka-python: CRC check, control batches
+    skipped, aborted transactions skipped under read_committed, records below the fetch offset
+    dropped, next fetch offset past the last batch (control markers included)."""
+
+    class BatchPartitionRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
+        def _unpack_records(self, tp: TopicPartition, records: Any, key_deserializer: Any,
+                            value_deserializer: Any) -> Iterator[Decoded]:
+            pieces: list[Piece] = []
+            batch = records.next_batch()
+            while batch is not None:
+                if self.check_crcs and not batch.validate_crc():
+                    raise CorruptRecordError(f"Record batch for partition {tp} at offset "
+                                             f"{batch.base_offset} failed crc check")
+                self.bytes_read += batch.size_in_bytes
+                if batch.magic < 2:
+                    legacy = list(batch)
+                    if self.check_crcs and not all(record.validate_crc() for record in legacy):
+                        raise CorruptRecordError(f"Record for partition {tp} in the batch at offset "
+                                                 f"{batch.base_offset} failed crc check")
+                    if legacy:
+                        pieces.append(legacy)
+                        self.next_fetch_offset = legacy[-1].offset + 1
+                    batch = records.next_batch()
+                    continue
+                if not self._skip(batch):
+                    pieces.append(_batch_records(tp, batch))
+                self.next_fetch_offset = batch.next_offset
+                batch = records.next_batch()
+            decoded = decode(tp, pieces, self.fetch_offset) if pieces else None
+            self.records_read += len(decoded) if decoded is not None else 0
+            # Drained before the caller sees the data: the fetcher may fetch this partition
+            # again while the caller converts and ships these records.
+            self.drain()
+            if decoded is not None:
+                yield decoded
+
+        def _skip(self, batch: Any) -> bool:
+            """Control batches, and batches of aborted transactions under read_committed."""
+            self.leader_epoch = batch.leader_epoch
+            if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+                self._consume_aborted_transactions_up_to(batch.last_offset)
+                if self._contains_abort_marker(batch):
+                    self.aborted_producer_ids.discard(batch.producer_id)
+                elif self._is_batch_aborted(batch):
+                    return True
+            return bool(batch.is_control_batch)
+
+    return BatchPartitionRecords
+
+
+def _batch_records(tp: TopicPartition, batch: Any) -> BatchRecords:
+    codec = batch.compression_type
+    if codec != DefaultRecordBatch.CODEC_NONE and not (codec in CODECS and CODECS[codec].available()):
+        raise MissingCodecError(tp, batch.base_offset, CODECS[codec].name if codec in CODECS else f"codec id {codec}")
+    iter(batch)  # decompresses
+    return BatchRecords(memoryview(batch._buffer)[batch._pos:], batch.records_count, batch.base_offset,
+                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type)
+
+
+def install(consumer: KafkaConsumer, partition_records: type) -> str | None:
+    """Make `consumer`'s fetcher parse fetch responses with `partition_records`; the reason it
+    cannot (and nothing changed) if the consumer has no such fetcher."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if not isinstance(fetcher, Fetcher) or not hasattr(fetcher, "PartitionRecords"):
+        return "kafka-python's consumer has no fetcher with a PartitionRecords class"
+    fetcher.PartitionRecords = partition_records
+    return None
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What a fetcher's PartitionRecords made of one fetch response."""
+
+    records: list[Any]
+    next_fetch_offset: int
+    drained: bool
+
+
+def parse(data: bytes, tp: TopicPartition, fetch_offset: int, partition_records: type | None = None) -> Parsed:
+    """What a fetcher's `partition_records` (kafka-python's own by default) makes of a fetch
+    response holding `data`, read from `fetch_offset`."""
+    part = (partition_records or Fetcher.PartitionRecords)(fetch_offset, tp, MemoryRecords(data))
+    records = part.take()
+    return Parsed(records, part.next_fetch_offset, not part)
+
+
+def build_batch(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]],
+                *, offset: int = 0, magic: int = 2, compression: int = DefaultRecordBatch.CODEC_NONE,
+                timestamps: Sequence[int] = (), skip: int = 0) -> bytes:
+    """One record batch as a broker stores it: (key, value, headers) records from `offset`,
+    after `skip` offsets left out (as compaction does); timestamps default to a millisecond apart."""
+    # A v2 batch's records hold offset deltas; its base offset (outside the CRC) is the broker's.
+    builder = MemoryRecordsBuilder(magic, compression, batch_size=1 << 30, offset=0 if magic == 2 else offset)
+    if skip:
+        builder.skip(skip)
+    for index, (key, value, headers) in enumerate(records):
+        timestamp = timestamps[index] if timestamps else 1_700_000_000_000 + index
+        builder.append(timestamp, key, value, list(headers))
+    builder.close()
+    data = bytearray(builder.buffer())
+    if magic == 2:
+        data[:8] = offset.to_bytes(8, "big", signed=True)
+    return bytes(data)

@@ -1,0 +1,113 @@
+"""Which path a worker's consumers read by: the Arrow fast path, or kafka-python's public API.
+
+The fast path hooks kafka-python internals (`synclib.compat.kafka_python`). Before the first
+consumer of a process uses it, a self-check decodes a small known fetch response with both the
+Arrow decoder and kafka-python's own parser. A kafka-python other than the tested version, a
+missing hook, or any difference sends every consumer of the process through the public API
+(`KafkaConsumer.poll()` -> ConsumerRecords -> Arrow columns) with one warning: a slower job,
+never wrong data or a dead executor.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kafka import KafkaConsumer
+from kafka.errors import UnsupportedCodecError
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.structs import TopicPartition
+
+from synclib.compat import kafka_python
+from synclib.kafka.arrow_records import (
+    HEADERS_TYPE,
+    DecodedRecords,
+    Records,
+    arrow_partition_records,
+    listed_records,
+)
+
+logger = logging.getLogger(__name__)
+
+_CHECK_TP = TopicPartition("synclib-self-check", 7)
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _known_fetch() -> tuple[bytes, int]:
+    """A fetch response covering what the decoder must get right, and a fetch offset inside it:
+    headers (one with a null value), null and empty keys and values, multi-byte lengths, a gzip
+    batch, an offset gap."""
+    plain = kafka_python.build_batch([
+        (None, b"v0", [("h", b"1"), ("null", None)]),
+        (b"k1", None, []),
+        (b"", b"x" * 300, [("", b"")]),
+        (b"k3", b"v3", [("h", b"y" * 200)]),
+    ], offset=10)
+    packed = kafka_python.build_batch([(b"k5", b"z" * 500, [("h", None)]), (None, None, [])], offset=15, skip=1,
+                                      compression=DefaultRecordBatch.CODEC_GZIP)
+    return plain + packed, 11
+
+
+def self_check() -> str | None:
+    """Decode `_known_fetch()` with the Arrow path and with kafka-python's parser; what differs
+    (or fails) when they disagree, None when they agree."""
+    data, fetch_offset = _known_fetch()
+    try:
+        fast = kafka_python.parse(data, _CHECK_TP, fetch_offset, arrow_partition_records()).records
+        reference = listed_records(_CHECK_TP, kafka_python.parse(data, _CHECK_TP, fetch_offset).records)
+    except Exception as exc:  # noqa: BLE001 - any failure of the hook means: do not use it
+        return f"the self-check failed: {type(exc).__name__}: {exc}"
+    if len(fast) != 1 or not isinstance(fast[0], DecodedRecords):
+        return f"the self-check got {len(fast)} items instead of one DecodedRecords"
+    rows = reference.batch.num_rows
+    if not fast[0].batch.equals(reference.batch):
+        return "the self-check decoded different records than kafka-python's parser"
+    if not fast[0].headers(0, rows, HEADERS_TYPE).equals(reference.headers(0, rows, HEADERS_TYPE)):
+        return "the self-check decoded different headers than kafka-python's parser"
+    return None
+
+
+@functools.cache
+def fast_path_problem() -> str | None:
+    """Why this process reads through the public API (None: the fast path is in use). Checked
+    once per process: version, hook, then the self-check."""
+    return kafka_python.fast_path_problem() or self_check()
+
+
+def _warn_once(problem: str) -> None:
+    with _warned_lock:
+        if problem in _warned:
+            return
+        _warned.add(problem)
+    logger.warning("synclib's Arrow reader is off: %s. Reading through kafka-python's public API "
+                   "instead: the same records, several times the CPU per record. kafka-python %s.x "
+                   "(the version synclib pins) restores it.", problem,
+                   ".".join(map(str, kafka_python.TESTED_VERSION)))
+
+
+class RecordsConsumer:
+    """A KafkaConsumer (`kafka`) whose `poll(tp)` returns Arrow records, by the fast path when
+    this process may use it, by the public API otherwise."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.kafka = KafkaConsumer(**settings)
+        problem = fast_path_problem() or kafka_python.install(self.kafka, arrow_partition_records())
+        if problem:
+            _warn_once(problem)
+        self.fast = not problem
+
+    def poll(self, tp: TopicPartition, timeout_ms: int) -> list[Records]:
+        """The records of `tp` one poll returns (the consumer is assigned `tp` only)."""
+        try:
+            polled = self.kafka.poll(timeout_ms=timeout_ms).get(tp, [])
+        except kafka_python.MissingCodecError:
+            raise
+        except UnsupportedCodecError as exc:
+            raise kafka_python.missing_codec_error(tp, self.kafka.position(tp), exc) from exc
+        if self.fast:
+            return list(polled)
+        return [listed_records(tp, polled)] if polled else []
