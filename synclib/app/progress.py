@@ -3,22 +3,23 @@ a partition starts or stops waiting on the leader (and every `TABLE_EVERY_S`), a
 end-of-run summary.
 
 Inputs are plain data: Spark's progress JSON (`StreamingQueryProgress.json`) and the
-source's status file (see `synclib.source.datasource`), so everything here is testable without Spark.
+source's `PlannerStatus`, so everything here is testable without Spark.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from synclib.delta.table import TableSummary
-from synclib.source.state import Offsets, get_state_from_offsets
+from synclib.source.state import LOCAL_BEHIND, SYNCHRONIZED, Offsets, get_state_from_offsets
+from synclib.source.status import PartitionStatus, PlannerStatus
 
 TABLE_EVERY_S = 10.0
 # A flowing partition alternates between these two with every leader commit and batch.
-FLOWING = frozenset({"LOCAL_BEHIND", "SYNCHRONIZED"})
+FLOWING = frozenset({LOCAL_BEHIND, SYNCHRONIZED})
 PARTITION_HEADER = ("topic", "partition", "state", "follower", "leader", "high watermark",
                     "held back", "stale")
 SUMMARY_HEADER = ("topic", "partition", "highest offset written", "highest committed by leader",
@@ -29,65 +30,31 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain fixed-width table."""
     cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip()
+    return "\n".join("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
                      for row in cells)
 
 
-@dataclass(frozen=True)
-class PartitionView:
-    """One partition as the source last planned it ("follower"/"leader" are next offsets)."""
-
-    topic: str
-    partition: int
-    state: str
-    follower: Optional[int]
-    leader: Optional[int]
-    high_watermark: Optional[int]
-    stale: bool = False
-
-    @property
-    def held_back(self) -> Optional[int]:
-        """Events in Kafka beyond what the leader committed: what the gate holds back."""
-        if self.high_watermark is None or self.follower is None:
-            return None
-        released = self.follower if self.leader is None else max(self.follower, self.leader)
-        return max(0, self.high_watermark - released)
-
-    @property
-    def ready(self) -> int:
-        """Committed by the leader, in Kafka, not yet forwarded: the next batch's work."""
-        if self.follower is None or self.leader is None or self.high_watermark is None:
-            return 0
-        return max(0, min(self.leader, self.high_watermark) - self.follower)
-
-
-def partition_views(status: Optional[Mapping[str, Any]]) -> list[PartitionView]:
-    return [PartitionView(p["topic"], p["partition"], p["state"], p["follower_offset"],
-                          p["leader_offset"], p["high_watermark"], bool(p.get("stale")))
-            for p in (status or {}).get("partitions", [])]
-
-
-def partition_table(views: Sequence[PartitionView]) -> str:
+def partition_table(partitions: Sequence[PartitionStatus]) -> str:
     return table(PARTITION_HEADER, [
-        (v.topic, v.partition, v.state, v.follower, v.leader, v.high_watermark, v.held_back,
-         "STALE" if v.stale else "") for v in views])
+        (p.topic, p.partition, p.state.value, p.follower_offset, p.leader_offset, p.high_watermark, p.held_back,
+         "STALE" if p.stale else "") for p in partitions])
 
 
-def gate_line(views: Sequence[PartitionView]) -> str:
+def gate_line(partitions: Sequence[PartitionStatus]) -> str:
     """`held back for the leader: N; ready: M; 3 SYNCHRONIZED, 1 LOCAL_BEHIND`."""
-    if not views:
+    if not partitions:
         return "no partitions yet"
-    held = sum(v.held_back or 0 for v in views)
-    states = Counter(v.state for v in views)
-    stale = sum(v.stale for v in views)
-    line = (f"held back for the leader: {held}; ready: {sum(v.ready for v in views)}; "
+    held = sum(p.held_back or 0 for p in partitions)
+    states = Counter(p.state.value for p in partitions)
+    stale = sum(bool(p.stale) for p in partitions)
+    line = (f"held back for the leader: {held}; ready: {sum(p.ready for p in partitions)}; "
             + ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
     return line + (f"; {stale} STALE" if stale else "")
 
 
-def _malformed_note(status: Optional[Mapping[str, Any]]) -> str:
+def _malformed_note(status: PlannerStatus | None) -> str:
     """`; 3 malformed commit-log messages skipped` once there are any."""
-    skipped = int(((status or {}).get("commit_log") or {}).get("skipped_malformed") or 0)
+    skipped = 0 if status is None else status.commit_log.skipped_malformed
     return f"; {skipped} malformed commit-log messages skipped" if skipped else ""
 
 
@@ -101,59 +68,56 @@ class ProgressReporter:
         self._table_every_s = table_every_s
         self._clock = clock
         self._seen: tuple[str, int] = ("", -1)
-        self._shape: Optional[tuple[tuple[str, int, str, bool], ...]] = None
-        self._table_at: Optional[float] = None
+        self._shape: tuple[tuple[str, int, str, bool], ...] | None = None
+        self._table_at: float | None = None
 
-    def update(self, progresses: Sequence[Mapping[str, Any]],
-               status: Optional[Mapping[str, Any]]) -> list[str]:
+    def update(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None) -> list[str]:
         """Lines for the reports not shown yet (oldest first), then the table if due."""
-        views = partition_views(status)
+        partitions = () if status is None else status.partitions
         lines = []
         for progress in progresses:
             key = (progress["timestamp"], progress["batchId"])
             if key <= self._seen:
                 continue
             self._seen = key
-            lines.append(self._line(progress, views) + _malformed_note(status))
-        shape = tuple((v.topic, v.partition, "flowing" if v.state in FLOWING else v.state, v.stale)
-                      for v in views)
+            lines.append(self._line(progress, partitions) + _malformed_note(status))
+        shape = tuple((p.topic, p.partition, "flowing" if p.state in FLOWING else p.state.value, bool(p.stale))
+                      for p in partitions)
         now = self._clock()
-        if views and lines and (shape != self._shape or self._table_at is None
-                                or now - self._table_at >= self._table_every_s):
-            lines.append(partition_table(views))
+        if partitions and lines and (shape != self._shape or self._table_at is None
+                                     or now - self._table_at >= self._table_every_s):
+            lines.append(partition_table(partitions))
             self._shape, self._table_at = shape, now
         return lines
 
-    def _line(self, progress: Mapping[str, Any], views: Sequence[PartitionView]) -> str:
+    def _line(self, progress: Mapping[str, Any], partitions: Sequence[PartitionStatus]) -> str:
         clock = str(progress["timestamp"])[11:19]
         durations = progress.get("durationMs", {})
         if "addBatch" not in durations:  # Spark's report of a trigger that found nothing new
-            return f"{clock} idle: nothing newly committed; {gate_line(views)}"
+            return f"{clock} idle: nothing newly committed; {gate_line(partitions)}"
         rows = int(progress.get("numInputRows") or 0)
         self.rows += rows
         self.batches += 1
         return (f"{clock} batch {progress['batchId']}: {rows} rows in "
                 f"{durations.get('triggerExecution', 0)} ms ({self.rows} this run); "
-                f"{gate_line(views)}")
+                f"{gate_line(partitions)}")
 
 
-def format_summary(path: str, summary: Optional[TableSummary], status: Optional[Mapping[str, Any]],
-                   headline: str) -> str:
+def format_summary(path: str, summary: TableSummary | None, status: PlannerStatus | None, headline: str) -> str:
     """The end of a run: `headline`, the table's location and size, and per partition the
     highest offset written against what the leader committed."""
     if summary is None:
         return f"{headline}\nDelta table {path}: not created yet (the leader committed nothing)"
     written = {(topic, int(p)): int(end) for topic, ends in (summary.offsets or {}).items()
                for p, end in ends.items()}
-    views = {(v.topic, v.partition): v for v in partition_views(status)}
+    planned = {(p.topic, p.partition): p for p in (() if status is None else status.partitions)}
     rows = []
-    for tp in sorted(set(written) | set(views)):
-        end, view = written.get(tp), views.get(tp)
-        leader = view.leader if view else None
-        hwm = view.high_watermark if view else None
-        held = None if hwm is None or end is None else max(0, hwm - max(end, leader or 0))
-        rows.append((tp[0], tp[1], _last(end), _last(leader), hwm, held,
-                     get_state_from_offsets(Offsets(end, leader)).value))
+    for tp in sorted(set(written) | set(planned)):
+        end = written.get(tp)
+        leader, hwm = (planned[tp].leader_offset, planned[tp].high_watermark) if tp in planned else (None, None)
+        final = PartitionStatus(tp[0], tp[1], get_state_from_offsets(Offsets(end, leader)),
+                                follower_offset=end, leader_offset=leader, high_watermark=hwm)
+        rows.append((tp[0], tp[1], _last(end), _last(leader), hwm, final.held_back, final.state.value))
     rows_text = "unknown number of" if summary.rows is None else summary.rows
     return "\n".join([
         headline,
@@ -163,6 +127,6 @@ def format_summary(path: str, summary: Optional[TableSummary], status: Optional[
     ])
 
 
-def _last(next_offset: Optional[int]) -> Optional[int]:
+def _last(next_offset: int | None) -> int | None:
     """The last offset below an exclusive `next_offset` (None when there is none)."""
     return None if not next_offset else next_offset - 1

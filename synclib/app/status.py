@@ -18,34 +18,39 @@ configuration or arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
 from kafka.errors import KafkaError
 
-from synclib.leader.commitlog import Commit
-from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.app.progress import table
+from synclib.delta.table import table_summary
+from synclib.kafka.admin import KafkaMetadata
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
-from synclib.kafka.admin import KafkaMetadata
-from synclib.source.options import SourceOptions
-from synclib.app.progress import table
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
-from synclib.source.state import Offsets, get_state_from_offsets
-from synclib.delta.table import table_summary
 from synclib.offsets import TopicPartitionKey
+from synclib.source.options import SourceOptions
+from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.source.state import Offsets, get_state_from_offsets
+from synclib.source.status import (
+    LeaderCommits,
+    PartitionStatus,
+    group_offsets,
+    leader_commit_age,
+    write_json_atomically,
+)
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE = 0, 1, 2
 EMBEDDED_BROKER_FILE = os.path.join("synclib", "embedded-broker.json")
 DEFAULT_TIMEOUT_S = 30.0
-
 
 
 class StatusError(RuntimeError):
@@ -58,22 +63,17 @@ def embedded_broker_file(checkpoint_location: str) -> str:
     return os.path.join(os.path.abspath(checkpoint_location), EMBEDDED_BROKER_FILE)
 
 
-@contextmanager
+@contextlib.contextmanager
 def advertise_embedded_broker(checkpoint_location: str, bootstrap_servers: str) -> Iterator[str]:
     """Write the running embedded broker's address next to the job's checkpoint; remove it on exit."""
     path = embedded_broker_file(checkpoint_location)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".embedded-broker-")
-    with os.fdopen(fd, "w") as out:
-        json.dump({"bootstrap_servers": bootstrap_servers, "pid": os.getpid(), "started_at": time.time()}, out)
-    os.replace(tmp, path)
+    write_json_atomically(path, {"bootstrap_servers": bootstrap_servers, "pid": os.getpid(),
+                                 "started_at": time.time()})
     try:
         yield path
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:
-            pass
 
 
 def embedded_bootstrap(checkpoint_location: str) -> str:
@@ -106,21 +106,37 @@ def _alive(pid: int) -> bool:
 # --- collecting ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class PartitionStatus:
-    topic: str
-    partition: int
-    state: str
-    follower_offset: Optional[int]
-    leader_offset: Optional[int]  # minimum over the groups; None while any has not committed
-    leader_offsets: dict[str, Optional[int]]
-    high_watermark: Optional[int]
-    lag: Optional[int]
-    seconds_since_leader_commit: Optional[float]
+class TableStatus:
+    """The Delta table's latest version and the synclib batch it holds."""
+
+    path: str
+    version: int
+    rows: int | None
+    batch_id: int | None
 
 
-def collect(config: ForwarderConfig, bootstrap_servers: str,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """The forwarder's status as JSON-able data (raises `StatusError`, `KafkaError`)."""
+@dataclass(frozen=True)
+class StatusReport:
+    """What the command prints: the sources it read and each partition (the planner's contract;
+    `stale` is None, the command does not watch the leader over time)."""
+
+    checked_at: float
+    bootstrap_servers: str
+    remote_offsets: str
+    commit_log_topic: str | None
+    groups: tuple[str, ...]
+    table: TableStatus | None
+    partitions: tuple[PartitionStatus, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked_at": self.checked_at, "bootstrap_servers": self.bootstrap_servers,
+                "remote_offsets": self.remote_offsets, "commit_log_topic": self.commit_log_topic,
+                "groups": list(self.groups), "table": None if self.table is None else asdict(self.table),
+                "partitions": [p.to_json() for p in self.partitions]}
+
+
+def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> StatusReport:
+    """The forwarder's status (raises `StatusError`, `KafkaError`)."""
     reader_options = config.source_options(bootstrap_servers)
     reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
     options = SourceOptions.parse(reader_options)
@@ -135,25 +151,21 @@ def collect(config: ForwarderConfig, bootstrap_servers: str,
     finally:
         metadata.close()
     now = time.time()
-    return {
-        "checked_at": now,
-        "bootstrap_servers": bootstrap_servers,
-        "remote_offsets": options.remote_offsets,
-        "commit_log_topic": options.commit_log_topic,
-        "groups": list(options.commit_groups),
-        "table": None if summary is None else {
-            "path": config.sink.path, "version": summary.version, "rows": summary.rows,
-            "batch_id": summary.batch_id},
-        "partitions": [asdict(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now))
-                       for tp in partitions],
-    }
+    return StatusReport(
+        checked_at=now, bootstrap_servers=bootstrap_servers, remote_offsets=options.remote_offsets,
+        commit_log_topic=options.commit_log_topic, groups=tuple(options.commit_groups),
+        table=None if summary is None else TableStatus(config.sink.path, summary.version, summary.rows,
+                                                       summary.batch_id),
+        partitions=tuple(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now)
+                         for tp in partitions),
+    )
 
 
-def _table_offsets(offsets: Optional[Mapping[str, Mapping[str, int]]]) -> dict[TopicPartitionKey, int]:
+def _table_offsets(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[TopicPartitionKey, int]:
     return {(topic, int(p)): offset for topic, per in (offsets or {}).items() for p, offset in per.items()}
 
 
-def _leader_commits(options: SourceOptions, timeout_s: float) -> dict[str, dict[TopicPartitionKey, Commit]]:
+def _leader_commits(options: SourceOptions, timeout_s: float) -> LeaderCommits:
     tracker: RemoteOffsetsTracker
     if options.remote_offsets == "group":
         tracker = GroupOffsetsPoller(options.commit_groups, options.client_config,
@@ -170,43 +182,35 @@ def _leader_commits(options: SourceOptions, timeout_s: float) -> dict[str, dict[
             raise StatusError(str(exc)) from None
 
 
-def _partition(tp: TopicPartitionKey, follower: Optional[int], high_watermark: Optional[int],
-               commits: Mapping[str, Mapping[TopicPartitionKey, Commit]], now: float) -> PartitionStatus:
-    latest = {group: per_tp.get(tp) for group, per_tp in commits.items()}
-    by_group = {group: (None if c is None else c.offset) for group, c in latest.items()}
-    known = [o for o in by_group.values() if o is not None]
-    leader = min(known) if len(known) == len(by_group) else None
-    # The gating group's newest commit: the oldest over the groups.
-    stamps = [c.orig_message_ts for c in latest.values() if c is not None and c.orig_message_ts is not None]
-    age = round(now - min(stamps), 1) if len(stamps) == len(latest) else None
-    lag = None if follower is None or high_watermark is None else max(0, high_watermark - follower)
+def _partition(tp: TopicPartitionKey, follower: int | None, high_watermark: int | None,
+               commits: LeaderCommits, now: float) -> PartitionStatus:
+    by_group = group_offsets(tp, commits)
+    known = [offset for offset in by_group.values() if offset is not None]
+    leader = min(known) if known and len(known) == len(by_group) else None  # unknown until every group reports
     return PartitionStatus(
-        topic=tp[0], partition=tp[1],
-        state=get_state_from_offsets(Offsets(follower, leader)).value,
+        topic=tp[0], partition=tp[1], state=get_state_from_offsets(Offsets(follower, leader)),
         follower_offset=follower, leader_offset=leader, leader_offsets=by_group,
-        high_watermark=high_watermark, lag=lag, seconds_since_leader_commit=age,
+        high_watermark=high_watermark, seconds_since_leader_commit=leader_commit_age(tp, commits, now),
     )
 
 
 # --- output ----------------------------------------------------------------------------------
 
-def format_status(status: Mapping[str, Any]) -> str:
-    groups = status["groups"]
-    source = (f"commit log {status['commit_log_topic']!r}" if status["remote_offsets"] == "commit_log"
+def format_status(report: StatusReport) -> str:
+    groups = report.groups
+    source = (f"commit log {report.commit_log_topic!r}" if report.remote_offsets == "commit_log"
               else "group offsets")
-    summary = status["table"]
+    summary = report.table
     lines = [
-        f"kafka {status['bootstrap_servers']}; leader groups {', '.join(groups)} ({source})",
+        f"kafka {report.bootstrap_servers}; leader groups {', '.join(groups)} ({source})",
         "Delta table: not created yet" if summary is None else
-        f"Delta table {summary['path']}: version {summary['version']}, {summary['rows']} rows, "
-        f"last batch {summary['batch_id']}",
+        f"Delta table {summary.path}: version {summary.version}, {summary.rows} rows, last batch {summary.batch_id}",
     ]
     headers = ("topic", "partition", "state", "follower", *(f"leader {g}" for g in groups),
                "high watermark", "lag", "since leader commit (s)")
-    rows = [(p["topic"], p["partition"], p["state"], p["follower_offset"],
-             *(p["leader_offsets"].get(g) for g in groups), p["high_watermark"], p["lag"],
-             p["seconds_since_leader_commit"]) for p in status["partitions"]]
-    return "\n".join(lines + [table(headers, rows) if rows else "no partitions"])
+    rows = [(p.topic, p.partition, p.state.value, p.follower_offset, *(p.leader_offsets.get(g) for g in groups),
+             p.high_watermark, p.lag, p.seconds_since_leader_commit) for p in report.partitions]
+    return "\n".join([*lines, table(headers, rows) if rows else "no partitions"])
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.disable(logging.ERROR)  # failures are reported once, below, not logged by the clients too
     try:
@@ -236,9 +240,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
                                        else config.kafka.bootstrap_servers)
-        status = collect(config, bootstrap, args.timeout)
+        report = collect(config, bootstrap, args.timeout)
     except (StatusError, KafkaError) as exc:
         print(f"status: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))
     return EXIT_OK

@@ -9,11 +9,8 @@ pickled: Spark ships the reader to workers with its options only.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
-import tempfile
 import threading
 import time
 from typing import Any, Iterator, Optional, Sequence
@@ -36,7 +33,10 @@ from synclib.offsets import EARLIEST, LATEST, parse_offsets_json, to_offsets_jso
 from synclib.source.options import SourceOptions
 from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
 from synclib.source.planning import PartitionOffsets, TopicPartitionKey, cap_offsets, limit_rows, plan_end_offsets
-from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager
+from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager, get_state_from_offsets
+from synclib.source.status import (
+    CommitLogStatus, PartitionStatus, PlannerStatus, group_offsets, leader_commit_age,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -155,35 +155,23 @@ class _Planner:
             elif not waiting:
                 self.stale.discard(tp)
 
-    def status(self) -> dict[str, Any]:
-        """A JSON-able snapshot for progress output and the status command."""
+    def status(self) -> PlannerStatus:
+        """Every partition as last planned, and the leader tracker's counters."""
         stats = self.remote.stats()
         commits = self.remote.commits()
-        partitions = []
-        for (topic, partition), offsets in sorted(self.states.snapshot().items()):
-            partitions.append({
-                "topic": topic,
-                "partition": partition,
-                "state": self.states.get_state_from_offsets(offsets).value,
-                "follower_offset": offsets.local,
-                "leader_offset": offsets.remote,
-                "leader_offsets_by_group": {
-                    g: (c[(topic, partition)].offset if (topic, partition) in c else None)
-                    for g, c in commits.items()
-                },
-                "high_watermark": self.high_watermarks.get((topic, partition)),
-                "stale": (topic, partition) in self.stale,
-            })
-        return {
-            "updated_at": time.time(),
-            "partitions": partitions,
-            "commit_log": {
-                "applied": stats.applied,
-                "skipped_malformed": stats.skipped_malformed,
-                "last_commit_time": stats.last_commit_time,
-                "last_error": stats.last_error,
-            },
-        }
+        now = time.time()
+        return PlannerStatus(
+            updated_at=now,
+            partitions=tuple(
+                PartitionStatus(
+                    topic=tp[0], partition=tp[1], state=get_state_from_offsets(offsets),
+                    follower_offset=offsets.local, leader_offset=offsets.remote,
+                    leader_offsets=group_offsets(tp, commits), high_watermark=self.high_watermarks.get(tp),
+                    stale=tp in self.stale, seconds_since_leader_commit=leader_commit_age(tp, commits, now))
+                for tp, offsets in sorted(self.states.snapshot().items())),
+            commit_log=CommitLogStatus(stats.applied, stats.skipped_malformed, stats.last_commit_time,
+                                       stats.last_error),
+        )
 
     def close(self) -> None:
         self.remote.stop()
@@ -213,15 +201,6 @@ def _log_state_change(topic: str, partition: int, old: StateAndOffsets, new: Sta
     (old_state, _), (new_state, offsets) = old, new
     logger.info("%s[%d]: %s -> %s (follower %s, leader %s)", topic, partition,
                 old_state.value, new_state.value, offsets.local, offsets.remote)
-
-
-def _write_json_atomically(path: str, payload: dict[str, Any]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".status-")
-    with os.fdopen(fd, "w") as out:
-        json.dump(payload, out)
-    os.replace(tmp, path)
 
 
 class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -297,7 +276,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             end = limit_rows(effective_start, end, limit.max_rows)
         self._last_end = end
         if self.options.status_file:
-            _write_json_atomically(self.options.status_file, planner.status())
+            planner.status().write(self.options.status_file)
         return to_offsets_json(end)
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -1,0 +1,73 @@
+"""The forwarder's console output from Spark's progress JSON and the source's status (no Spark)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synclib.app.progress import ProgressReporter, format_summary
+from synclib.delta.table import TableSummary
+from synclib.source.state import SynchronizedPartitionState
+from synclib.source.status import PartitionStatus, PlannerStatus
+
+
+def status(state: str, follower: int, leader: int | None, hwm: int, stale: bool = False) -> PlannerStatus:
+    return PlannerStatus(partitions=(PartitionStatus(
+        "events", 0, SynchronizedPartitionState(state), follower_offset=follower, leader_offset=leader,
+        high_watermark=hwm, stale=stale),))
+
+
+def progress(batch: int, second: int, rows: int, ran: bool = True) -> dict[str, Any]:
+    durations = {"triggerExecution": 40, **({"addBatch": 30} if ran else {})}
+    return {"batchId": batch, "timestamp": f"2026-01-01T10:00:{second:02d}.000Z", "numInputRows": rows,
+            "durationMs": durations}
+
+
+def test_progress_shows_each_batch_and_the_gate_and_the_table_when_a_partition_waits() -> None:
+    now = [0.0]
+    reporter = ProgressReporter(table_every_s=10, clock=lambda: now[0])
+
+    first = reporter.update([progress(0, 1, 5)], status("LOCAL_BEHIND", 5, 8, 20))
+    again = reporter.update([progress(0, 1, 5), progress(1, 2, 3)], status("SYNCHRONIZED", 8, 8, 20))
+    idle = reporter.update([progress(2, 12, 0, ran=False)], status("REMOTE_BEHIND", 8, 6, 25, stale=True))
+
+    assert first[0] == ("10:00:01 batch 0: 5 rows in 40 ms (5 this run); "
+                        "held back for the leader: 12; ready: 3; 1 LOCAL_BEHIND")
+    assert first[1].splitlines()[1].split() == ["events", "0", "LOCAL_BEHIND", "5", "8", "20", "12"]
+    assert again == ["10:00:02 batch 1: 3 rows in 40 ms (8 this run); "
+                     "held back for the leader: 12; ready: 0; 1 SYNCHRONIZED"]
+    assert idle[0] == ("10:00:12 idle: nothing newly committed; "
+                       "held back for the leader: 17; ready: 0; 1 REMOTE_BEHIND; 1 STALE")
+    assert idle[1].splitlines()[1].split()[-1] == "STALE"
+    assert (reporter.batches, reporter.rows) == (2, 8)
+
+
+def test_progress_before_the_first_planning_and_with_malformed_commit_log_messages() -> None:
+    reporter = ProgressReporter()
+
+    early = reporter.update([progress(0, 1, 0, ran=False)], None)
+    skipped = PlannerStatus.from_json({**status("SYNCHRONIZED", 8, 8, 8).to_json(),
+                                       "commit_log": {"applied": 2, "skipped_malformed": 3}})
+    later = reporter.update([progress(1, 2, 0, ran=False)], skipped)
+
+    assert early == ["10:00:01 idle: nothing newly committed; no partitions yet"]
+    assert later[0].endswith("; 1 SYNCHRONIZED; 3 malformed commit-log messages skipped")
+
+
+def test_the_summary_compares_what_was_written_with_what_the_leader_committed() -> None:
+    summary = TableSummary(version=3, rows=30, app_id="synclib-q", batch_id=3,
+                           offsets={"events": {"0": 20, "1": 10}})
+    state = PlannerStatus.from_json({"partitions": [
+        {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 18,
+         "leader_offset": 20, "high_watermark": 25, "stale": False},
+        {"topic": "events", "partition": 1, "state": "LOCAL_BEHIND", "follower_offset": 8,
+         "leader_offset": 12, "high_watermark": 12, "stale": False}]})
+
+    text = format_summary("/data/events", summary, state, "forwarder stopped (done)")
+
+    lines = text.splitlines()
+    assert lines[:2] == ["forwarder stopped (done)",
+                         "Delta table /data/events: version 3, 30 rows, last batch 3 of synclib-q"]
+    assert [line.split() for line in lines[3:]] == [
+        ["events", "0", "19", "19", "25", "5", "SYNCHRONIZED"],
+        ["events", "1", "9", "11", "12", "0", "LOCAL_BEHIND"]]
+    assert format_summary("/t", None, None, "done").endswith("not created yet (the leader committed nothing)")
