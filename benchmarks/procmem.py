@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
 
 KIB = 1024
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -24,7 +24,7 @@ class ProcessPeak:
     peak_bytes: int
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str | None:
     try:
         with open(path, "rb") as file:
             return file.read().decode("utf-8", "replace")
@@ -32,7 +32,7 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def peak_rss(pid: int) -> Optional[int]:
+def peak_rss(pid: int) -> int | None:
     """VmHWM of `pid` in bytes; None when the process is gone."""
     status = _read(f"/proc/{pid}/status")
     if status is None:
@@ -53,7 +53,7 @@ def reset_peak(pid: int) -> bool:
         return False
 
 
-def cpu_seconds(pid: int) -> Optional[float]:
+def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of `pid`; None when the process is gone."""
     stat = _read(f"/proc/{pid}/stat")
     if stat is None:
@@ -110,7 +110,7 @@ class TreeMemory:
     from the tree.
     """
 
-    def __init__(self, jvm_pid: int, others: Optional[dict[int, str]] = None, interval_s: float = 0.2) -> None:
+    def __init__(self, jvm_pid: int, others: dict[int, str] | None = None, interval_s: float = 0.2) -> None:
         self._jvm = jvm_pid
         self._driver = os.getpid()
         self._others = dict(others or {})
@@ -119,12 +119,12 @@ class TreeMemory:
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def _tree(self) -> list[int]:
         excluded = [pid for pid, parent in _parents().items() if parent == self._driver and pid != self._jvm]
-        pids = descendants(self._jvm, exclude=excluded + [self._driver])
-        return pids + [self._driver]
+        pids = descendants(self._jvm, exclude=[*excluded, self._driver])
+        return [*pids, self._driver]
 
     def _sample(self) -> None:
         for pid in self._tree():
@@ -145,7 +145,7 @@ class TreeMemory:
         while not self._stop.wait(self._interval_s):
             self._sample()
 
-    def __enter__(self) -> "TreeMemory":
+    def __enter__(self) -> TreeMemory:
         for pid in self._tree():
             reset_peak(pid)
         self._sample()

@@ -6,7 +6,8 @@ exclusive bound), as in Spark's Kafka source and Kafka's committed offsets.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TopicPartitionKey = tuple[str, int]
 PartitionOffsets = dict[TopicPartitionKey, int]

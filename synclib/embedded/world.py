@@ -21,9 +21,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner import murmur2
@@ -35,7 +36,7 @@ from synclib.leader.commitlog import LEGACY_TIMESTAMP_FORMAT, LEGACY_TIMESTAMP_H
 logger = logging.getLogger(__name__)
 
 Headers = list[tuple[str, bytes]]
-Record = tuple[Optional[bytes], bytes, Headers]
+Record = tuple[bytes | None, bytes, Headers]
 
 PLATFORMS = ("python", "javascript", "node", "java", "go", "cocoa")
 MESSAGES = (
@@ -71,7 +72,7 @@ def make_event(project_id: int, event_bytes: int, rng: random.Random) -> bytes:
 
 
 def produce_backlog(
-    client_config: Union[str, Mapping[str, Any]],
+    client_config: str | Mapping[str, Any],
     topic: str,
     partitions: int,
     count_per_partition: int,
@@ -127,8 +128,8 @@ class _Worker:
     def __init__(self, name: str) -> None:
         self.name = name
         self._stopping = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._failure: Optional[BaseException] = None
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
 
     def start(self: W) -> W:
         if self._thread is not None:
@@ -143,7 +144,7 @@ class _Worker:
         if self._thread is not None and not self.join(timeout_s):
             raise SimulationError(f"{self.name} did not stop within {timeout_s}s")
 
-    def join(self, timeout_s: Optional[float] = None) -> bool:
+    def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the thread to end; True if it has."""
         if self._thread is None:
             raise RuntimeError(f"{self.name} not started")
@@ -151,7 +152,7 @@ class _Worker:
         return not self._thread.is_alive()
 
     @property
-    def error(self) -> Optional[BaseException]:
+    def error(self) -> BaseException | None:
         return self._failure
 
     def check(self) -> None:
@@ -189,11 +190,11 @@ class EventProducer(_Worker):
         client_config: Mapping[str, Any],
         *,
         rate: float = 100.0,
-        total: Optional[int] = None,
+        total: int | None = None,
         event_bytes: int = 512,
         project_ids: Sequence[int] = DEFAULT_PROJECT_IDS,
         tick_s: float = 0.05,
-        seed: Optional[int] = None,
+        seed: int | None = None,
     ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate}")
@@ -346,7 +347,7 @@ class SimulatedLeader(_Worker):
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
         })
-        producer: Optional[KafkaProducer] = None
+        producer: KafkaProducer | None = None
         try:
             producer = KafkaProducer(**{**kafkaconf.for_producer(self._client_config), "linger_ms": 0})
             log_partitions = sorted(producer.partitions_for(self.commit_log_topic))
@@ -392,7 +393,7 @@ class SimulatedLeader(_Worker):
             due: dict[int, Commit] = {}
             for partition, pending in self._pending.items():
                 stamps: list[int] = []
-                last: Optional[_Consumed] = None
+                last: _Consumed | None = None
                 while pending and pending[0].received <= cutoff:
                     last = pending.popleft()
                     stamps.extend(last.timestamps_ms)
@@ -404,7 +405,8 @@ class SimulatedLeader(_Worker):
             if due:
                 self._commit(consumer, producer, log_partitions, due)
 
-    def _reset(self, consumer: KafkaConsumer, producer: KafkaProducer, log_partitions: list[int], reset: _Reset) -> None:
+    def _reset(self, consumer: KafkaConsumer, producer: KafkaProducer, log_partitions: list[int],
+               reset: _Reset) -> None:
         consumer.seek(TopicPartition(self.topic, reset.partition), reset.offset)
         self._pending.pop(reset.partition, None)
         commit = Commit(self.group, self.topic, reset.partition, reset.offset, orig_message_ts=time.time())
@@ -445,7 +447,7 @@ def _p99(timestamps_ms: Sequence[int]) -> float:
     return float(ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)])
 
 
-def _client_kwargs(client_config: Union[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+def _client_kwargs(client_config: str | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(client_config, str):
         return {"bootstrap_servers": [s.strip() for s in client_config.split(",") if s.strip()]}
     return client_config
@@ -473,17 +475,17 @@ class EmbeddedWorld:
         self.events_topic = events_topic
         self.commit_log_topic = commit_log_topic
         self.partitions = partitions
-        self._producer_settings = {"rate": events_per_second, "event_bytes": event_bytes}
-        self._leader_settings = {"group": leader_group, "lag": leader_lag,
-                                 "commit_interval": leader_commit_interval}
-        self.producer: Optional[EventProducer] = None
-        self.leader: Optional[SimulatedLeader] = None
+        self.events_per_second, self.event_bytes = events_per_second, event_bytes
+        self.leader_group, self.leader_lag = leader_group, leader_lag
+        self.leader_commit_interval = leader_commit_interval
+        self.producer: EventProducer | None = None
+        self.leader: SimulatedLeader | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return self.broker.bootstrap_servers
 
-    def start(self) -> "EmbeddedWorld":
+    def start(self) -> EmbeddedWorld:
         from synclib.embedded.broker import TopicAdmin
 
         self.broker.start()
@@ -494,9 +496,10 @@ class EmbeddedWorld:
         finally:
             admin.close()
         client = {"bootstrap_servers": [self.bootstrap_servers]}
-        self.producer = EventProducer(self.events_topic, client, **self._producer_settings).start()
-        self.leader = SimulatedLeader(self.events_topic, self.commit_log_topic, client,
-                                      **self._leader_settings).start()
+        self.producer = EventProducer(self.events_topic, client, rate=self.events_per_second,
+                                      event_bytes=self.event_bytes).start()
+        self.leader = SimulatedLeader(self.events_topic, self.commit_log_topic, client, group=self.leader_group,
+                                      lag=self.leader_lag, commit_interval=self.leader_commit_interval).start()
         return self
 
     def stop(self) -> None:
@@ -505,7 +508,7 @@ class EmbeddedWorld:
                 worker.stop()
         self.broker.stop()
 
-    def __enter__(self) -> "EmbeddedWorld":
+    def __enter__(self) -> EmbeddedWorld:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -9,14 +9,15 @@ formatted ``%Y-%m-%dT%H:%M:%S.%fZ``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional, Sequence
+from typing import Any
 
 LEGACY_TIMESTAMP_HEADER = "orig_message_ts"
 LEGACY_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
-Headers = Sequence[tuple[str, Optional[bytes]]]
+Headers = Sequence[tuple[str, bytes | None]]
 
 
 class CommitLogDecodeError(ValueError):
@@ -31,13 +32,13 @@ class Commit:
     topic: str
     partition: int
     offset: int
-    orig_message_ts: Optional[float] = None
-    received_p99: Optional[float] = None
+    orig_message_ts: float | None = None
+    received_p99: float | None = None
 
 
 def encode_commit(commit: Commit) -> tuple[bytes, bytes]:
     """Encode a commit as (key, value) in the current format."""
-    key = f"{commit.topic}:{commit.partition}:{commit.group}".encode("utf-8")
+    key = f"{commit.topic}:{commit.partition}:{commit.group}".encode()
     value = json.dumps(
         {
             "offset": commit.offset,
@@ -48,7 +49,7 @@ def encode_commit(commit: Commit) -> tuple[bytes, bytes]:
     return key, value
 
 
-def decode_commit(key: Optional[bytes], value: Optional[bytes], headers: Headers = ()) -> Commit:
+def decode_commit(key: bytes | None, value: bytes | None, headers: Headers = ()) -> Commit:
     """Decode a commit-log message in either format; raise `CommitLogDecodeError` if invalid."""
     topic, partition, group = _decode_key(key)
     if not value:
@@ -60,7 +61,7 @@ def decode_commit(key: Optional[bytes], value: Optional[bytes], headers: Headers
     return Commit(group, topic, partition, offset, orig_ts, p99)
 
 
-def _decode_key(key: Optional[bytes]) -> tuple[str, int, str]:
+def _decode_key(key: bytes | None) -> tuple[str, int, str]:
     if not key:
         raise CommitLogDecodeError("missing key")
     try:
@@ -75,7 +76,7 @@ def _decode_key(key: Optional[bytes]) -> tuple[str, int, str]:
     return topic, partition, group
 
 
-def _decode_json_value(value: bytes) -> tuple[int, Optional[float], Optional[float]]:
+def _decode_json_value(value: bytes) -> tuple[int, float | None, float | None]:
     try:
         payload = json.loads(value)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -94,7 +95,7 @@ def _decode_json_value(value: bytes) -> tuple[int, Optional[float], Optional[flo
 
 def _decode_legacy_value(
     value: bytes, headers: Headers
-) -> tuple[int, Optional[float], Optional[float]]:
+) -> tuple[int, float | None, float | None]:
     try:
         text = value.decode("ascii")
     except UnicodeDecodeError as exc:
@@ -123,7 +124,7 @@ def _parse_non_negative_int(text: str, what: str) -> int:
     return int(stripped)
 
 
-def _optional_float(payload: dict, name: str) -> Optional[float]:
+def _optional_float(payload: dict[str, Any], name: str) -> float | None:
     value = payload.get(name)
     if value is None:
         return None

@@ -7,12 +7,12 @@ A read limit is then split across partitions as Spark's Kafka source does it.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from synclib.offsets import PartitionOffsets, TopicPartitionKey
 
 
-def releasable_end(start: int, high_watermark: int, remote: Optional[int]) -> int:
+def releasable_end(start: int, high_watermark: int, remote: int | None) -> int:
     """How far one partition may be read: up to the leader's commit, never past the data,
     never below where it already is."""
     if remote is None:
@@ -23,7 +23,7 @@ def releasable_end(start: int, high_watermark: int, remote: Optional[int]) -> in
 def plan_end_offsets(
     start: Mapping[TopicPartitionKey, int],
     high_watermarks: Mapping[TopicPartitionKey, int],
-    remote: Mapping[TopicPartitionKey, Optional[int]],
+    remote: Mapping[TopicPartitionKey, int | None],
 ) -> PartitionOffsets:
     """`releasable_end` for every partition in `start` (partitions without a known high
     watermark stay where they are)."""

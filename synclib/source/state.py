@@ -10,15 +10,17 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
+
 from synclib.offsets import TopicPartitionKey
 
 logger = logging.getLogger(__name__)
 
 
 class Offsets(NamedTuple):
-    local: Optional[int]
-    remote: Optional[int]
+    local: int | None
+    remote: int | None
 
 
 class SynchronizedPartitionState(enum.Enum):
@@ -60,7 +62,7 @@ class SynchronizedPartitionStateManager:
     changes, with `(topic, partition, (old_state, old_offsets), (new_state, new_offsets))`.
     """
 
-    def __init__(self, callback: Optional[StateChangeCallback] = None) -> None:
+    def __init__(self, callback: StateChangeCallback | None = None) -> None:
         self._callback = callback
         self._offsets: dict[TopicPartitionKey, Offsets] = {}
         self._lock = threading.Lock()
@@ -80,13 +82,13 @@ class SynchronizedPartitionStateManager:
     def get_state_from_offsets(self, offsets: Offsets) -> SynchronizedPartitionState:
         return get_state_from_offsets(offsets)
 
-    def set_local_offset(self, topic: str, partition: int, offset: Optional[int]) -> None:
+    def set_local_offset(self, topic: str, partition: int, offset: int | None) -> None:
         self._update(topic, partition, "local", offset)
 
-    def set_remote_offset(self, topic: str, partition: int, offset: Optional[int]) -> None:
+    def set_remote_offset(self, topic: str, partition: int, offset: int | None) -> None:
         self._update(topic, partition, "remote", offset)
 
-    def _update(self, topic: str, partition: int, side: str, offset: Optional[int]) -> None:
+    def _update(self, topic: str, partition: int, side: str, offset: int | None) -> None:
         key = (topic, partition)
         with self._lock:
             old = self._offsets.get(key, Offsets(None, None))

@@ -144,7 +144,8 @@ def test_unreachable_broker_kills_the_follower_after_its_deadline(tmp_path):
             broker.stop()
 
 
-            error = wait_until(lambda: follower_failure(follower), timeout_s=60, what="follower death after the broker went away")
+            error = wait_until(lambda: follower_failure(follower), timeout_s=60,
+                               what="follower death after the broker went away")
             assert "no progress for" in str(error) and "last error" in str(error)
         finally:
             follower.stop()

@@ -6,8 +6,8 @@ import time
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
 from synclib.embedded.world import EventProducer, SimulatedLeader, SimulationError, produce_backlog
+from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
 from tests.support import wait_until
 
 GROUP = "snuba-consumers"
@@ -94,7 +94,7 @@ def test_producer_keeps_rate_and_high_watermark_is_exact(new_topic, client, sims
     assert {len(r.value) for r in records} == {300}
     assert len({e["event_id"] for e in events}) == 300
     assert {e["project_id"] for e in events} <= {1, 2, 3, 4, 5}
-    assert all(r.key == str(e["project_id"]).encode() for r, e in zip(records, events))
+    assert all(r.key == str(e["project_id"]).encode() for r, e in zip(records, events, strict=True))
     assert {"timestamp", "platform", "message"} <= set(events[0])
 
 

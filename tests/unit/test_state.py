@@ -3,8 +3,14 @@ import logging
 import pytest
 
 from synclib.source.state import (
-    LOCAL_BEHIND, REMOTE_BEHIND, SYNCHRONIZED, UNKNOWN,
-    InvalidStateTransition, Offsets, SynchronizedPartitionStateManager, get_state_from_offsets,
+    LOCAL_BEHIND,
+    REMOTE_BEHIND,
+    SYNCHRONIZED,
+    UNKNOWN,
+    InvalidStateTransition,
+    Offsets,
+    SynchronizedPartitionStateManager,
+    get_state_from_offsets,
 )
 
 
@@ -79,7 +85,7 @@ def test_partitions_are_independent():
 
 @pytest.mark.parametrize("setter", ["set_local_offset", "set_remote_offset"])
 def test_back_to_none_raises(setter):
-    manager, calls = recording_manager()
+    manager, _calls = recording_manager()
     getattr(manager, setter)("t", 0, 3)
     with pytest.raises(InvalidStateTransition, match=r"t\[0\].*3.*None"):
         getattr(manager, setter)("t", 0, None)
