@@ -6,7 +6,7 @@ fills a topic fast for benchmarks; `SimulatedLeader` is a real consumer group me
 each commit to the commit-log topic. Every produce burst ends each partition with a
 single-record batch: the embedded broker reports the exact high watermark only then.
 
-Clients take kafka-python kwargs (as from `kafkaconf.kafka_client_config`). Threads are
+Clients take kafka-python kwargs (as from `synclib.kafka.client_config.kafka_client_config`). Threads are
 daemons; `check()` raises `SimulationError` carrying the cause once a thread has died.
 """
 
@@ -30,7 +30,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner import murmur2
 from kafka.structs import OffsetAndMetadata
 
-from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.client_config import for_consumer, for_producer
 from synclib.leader.commitlog import LEGACY_TIMESTAMP_FORMAT, LEGACY_TIMESTAMP_HEADER, Commit, encode_commit
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def produce_backlog(
     record: Record = (None, value, [])
     producer = KafkaProducer(**{
         "batch_size": 1 << 20, "linger_ms": 50, "compression_type": None,
-        **kafkaconf.for_producer(_client_kwargs(client_config)),
+        **for_producer(_client_kwargs(client_config)),
     })
     try:
         return send_ending_single(producer, topic, {p: [record] * count_per_partition for p in range(partitions)})
@@ -216,7 +216,7 @@ class EventProducer(_Worker):
             return dict(self._produced)
 
     def _work(self) -> None:
-        producer = KafkaProducer(**{"linger_ms": 5, **kafkaconf.for_producer(self._client_config)})
+        producer = KafkaProducer(**{"linger_ms": 5, **for_producer(self._client_config)})
         try:
             partitions = sorted(producer.partitions_for(self.topic))
             started = time.monotonic()
@@ -342,14 +342,14 @@ class SimulatedLeader(_Worker):
 
     def _work(self) -> None:
         consumer = KafkaConsumer(**{
-            **kafkaconf.for_consumer(self._client_config),
+            **for_consumer(self._client_config),
             "group_id": self.group,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
         })
         producer: KafkaProducer | None = None
         try:
-            producer = KafkaProducer(**{**kafkaconf.for_producer(self._client_config), "linger_ms": 0})
+            producer = KafkaProducer(**{**for_producer(self._client_config), "linger_ms": 0})
             log_partitions = sorted(producer.partitions_for(self.commit_log_topic))
             consumer.assign([TopicPartition(self.topic, p) for p in self._wait_for_partitions(consumer)])
             self._consume(consumer, producer, log_partitions)
