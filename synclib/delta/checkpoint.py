@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
 
 from pyarrow import fs
 
@@ -38,16 +37,16 @@ def normalize_location(location: str) -> str:
     return location
 
 
-def _read_text(location: str, name: str) -> Optional[str]:
+def _read_text(location: str, name: str) -> str | None:
     filesystem, root = fs.FileSystem.from_uri(normalize_location(location))
     try:
         with filesystem.open_input_stream(f"{root.rstrip('/')}/{name}") as stream:
-            return stream.read().decode("utf-8")
+            return bytes(stream.read()).decode("utf-8")
     except FileNotFoundError:
         return None
 
 
-def query_id(location: str) -> Optional[str]:
+def query_id(location: str) -> str | None:
     """The streaming query id recorded in the checkpoint, None before the query first started."""
     text = _read_text(location, "metadata")
     if text is None:
@@ -63,7 +62,7 @@ def app_id(location: str) -> str:
     return APP_ID_PREFIX + query
 
 
-def batch_offsets(location: str, batch_id: int) -> Optional[str]:
+def batch_offsets(location: str, batch_id: int) -> str | None:
     """The first source's end offsets JSON for `batch_id`, None when it has none."""
     text = _read_text(location, f"offsets/{batch_id}")
     if text is None:

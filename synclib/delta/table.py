@@ -9,12 +9,14 @@ the status command can report it without starting Spark.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from pyarrow import fs
 
 from synclib.delta import checkpoint
 
@@ -22,16 +24,38 @@ META_APP_ID = "synclib.appId"
 META_BATCH_ID = "synclib.batchId"
 META_OFFSETS = "synclib.offsets"
 META_VERSION = "synclib.version"
+DATE_COLUMN = "date"  # the partition column `partition_by_date` adds (the UTC date of `timestamp`)
 
-_HISTORY_PAGE = 16
+_HISTORY_PAGES = (16, 256, None)  # commits read per step of the history walk (None: all)
+_open_tables: dict[str, DeltaTable] = {}
 
 
-def open_table(path: str) -> Optional[DeltaTable]:
+def open_table(path: str) -> DeltaTable | None:
     uri = checkpoint.normalize_location(path)
     return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
 
 
-def _synclib_metadata(commit: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+def current_table(path: str) -> DeltaTable | None:
+    """The table at `path` at its newest version, kept open in this process: each call reads
+    only the commits added since the previous one (a table replaced under the same path, whose
+    cached version's commit file is gone, is opened afresh)."""
+    table = _open_tables.get(path)
+    if table is not None:
+        filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(path))
+        if filesystem.get_file_info(f"{root}/_delta_log/{table.version():020d}.json").type == fs.FileType.NotFound:
+            table = None
+        else:
+            table.update_incremental()
+    if table is None:
+        table = open_table(path)
+        if table is None:
+            _open_tables.pop(path, None)
+            return None
+        _open_tables[path] = table
+    return table
+
+
+def _synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `synclib.*` metadata of a history entry: top-level (delta-rs) or in userMetadata."""
     if META_OFFSETS in commit:
         return {k: v for k, v in commit.items() if k.startswith("synclib.")}
@@ -46,27 +70,36 @@ def _synclib_metadata(commit: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     return None
 
 
-def latest_metadata(table: DeltaTable) -> Optional[dict[str, Any]]:
-    """The newest synclib commit's `synclib.*` metadata (the last 16 commits, then all history)."""
-    limit: Optional[int] = _HISTORY_PAGE
-    while True:
+def latest_synclib_commit(table: DeltaTable) -> dict[str, Any] | None:
+    """The history entry (`version`, `timestamp`, ...) of the newest commit carrying synclib
+    metadata, searched from the newest commits backwards (16, then 256, then all):
+    maintenance commits (compaction, vacuum) carry none and are passed over. Maintenance never
+    removes the log entry of the newest synclib commit (see `synclib.delta.maintenance`), so a
+    table with synclib commits always yields one."""
+    for limit in _HISTORY_PAGES:
         history = table.history(limit)
         for commit in history:
-            found = _synclib_metadata(commit)
-            if found is not None:
-                return found
+            if _synclib_metadata(commit) is not None:
+                return commit
         if limit is None or len(history) < limit:
             return None
-        limit = None
+    return None
 
 
-def parse_offsets(metadata: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
+def latest_metadata(table: DeltaTable) -> dict[str, Any] | None:
+    """The newest synclib commit's `synclib.*` metadata; None when the table has none."""
+    commit = latest_synclib_commit(table)
+    return None if commit is None else _synclib_metadata(commit)
+
+
+def parse_offsets(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if metadata is None or not metadata.get(META_OFFSETS):
         return None
-    return json.loads(metadata[META_OFFSETS])
+    offsets: dict[str, Any] = json.loads(metadata[META_OFFSETS])
+    return offsets
 
 
-def read_table_offsets(path: str) -> Optional[dict[str, Any]]:
+def read_table_offsets(path: str) -> dict[str, Any] | None:
     """The source offsets (Spark's JSON, e.g. `{"events": {"0": 23}}`) of the table's latest
     synclib commit; None when the table does not exist or has none."""
     table = open_table(path)
@@ -76,13 +109,13 @@ def read_table_offsets(path: str) -> Optional[dict[str, Any]]:
 @dataclass(frozen=True)
 class TableSummary:
     version: int
-    rows: Optional[int]  # from the files' stats; None when a file has none
-    app_id: Optional[str]
-    batch_id: Optional[int]
-    offsets: Optional[dict[str, Any]]
+    rows: int | None  # from the files' stats; None when a file has none
+    app_id: str | None
+    batch_id: int | None
+    offsets: dict[str, Any] | None
 
 
-def table_summary(path: str) -> Optional[TableSummary]:
+def table_summary(path: str) -> TableSummary | None:
     """Version, row count and latest synclib batch of the table; None when it does not exist."""
     table = open_table(path)
     if table is None:

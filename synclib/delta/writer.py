@@ -18,211 +18,54 @@ Two writers, chosen by `engine`:
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
-import time
-import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
-from urllib.parse import quote
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, Schema, Transaction
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction, create_table_with_add_actions
 from pyarrow import fs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from synclib import __version__
-from synclib.delta import checkpoint
-from synclib.delta.table import (META_APP_ID, META_BATCH_ID, META_OFFSETS, META_VERSION, TableSummary,  # noqa: F401
-                           latest_metadata, open_table, parse_offsets, read_table_offsets, table_summary)
+from synclib.delta import checkpoint, parquet
+from synclib.delta.table import (  # noqa: F401
+    DATE_COLUMN,
+    META_APP_ID,
+    META_BATCH_ID,
+    META_OFFSETS,
+    META_VERSION,
+    TableSummary,
+    current_table,
+    latest_metadata,
+    open_table,
+    parse_offsets,
+    read_table_offsets,
+    table_summary,
+)
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "synclib_delta"
 AUTO, DELTA_RS, DELTA_SPARK = "auto", "delta-rs", "delta-spark"
 ENGINES = (AUTO, DELTA_RS, DELTA_SPARK)
-DATE_COLUMN = "date"
 
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
-_STRING_STATS_PREFIX = 32
-_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-# Parquet layout: rows are buffered per file into row groups of about this size, and the
-# payload columns (unique per row) get neither dictionary encoding nor Parquet statistics:
-# both only cost CPU there (Delta keeps its own file statistics).
-ROW_GROUP_BYTES = 16 << 20
-_PAYLOAD_COLUMNS = ("value", "headers")
 
 
-def commit_metadata(app_id: str, batch_id: int, offsets: Optional[str]) -> dict[str, Any]:
+def commit_metadata(app_id: str, batch_id: int, offsets: str | None) -> dict[str, Any]:
     """The `synclib.*` commit metadata of one micro-batch (`offsets`: the source's JSON)."""
     return {META_APP_ID: app_id, META_BATCH_ID: batch_id, META_OFFSETS: offsets,
             META_VERSION: __version__}
-
-
-# --- Parquet files and their Delta statistics (executor side) ----------------------------
-
-def _has_bounds(data_type: pa.DataType) -> bool:
-    return (pa.types.is_integer(data_type) or pa.types.is_string(data_type)
-            or pa.types.is_date32(data_type) or pa.types.is_timestamp(data_type))
-
-
-def _timestamp_stat(micros: int, round_up: bool) -> str:
-    millis = -(-micros // 1000) if round_up else micros // 1000
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=millis)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-class _FileStats:
-    """Delta `stats` of one file: numRecords, nullCount (non-struct columns), min/max.
-
-    Bounds are kept for integers, strings (min cut to 32 chars, max dropped when longer),
-    dates and timestamps (millisecond precision, max rounded up); binary has none.
-    """
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.rows = 0
-        self._nulls = {f.name: 0 for f in schema if not pa.types.is_struct(f.type)}
-        self._bounded = {f.name: f.type for f in schema if _has_bounds(f.type)}
-        self._bounds: dict[str, tuple[Any, Any]] = {}
-
-    def update(self, table: pa.Table) -> None:
-        self.rows += table.num_rows
-        for name in self._nulls:
-            self._nulls[name] += table[name].null_count
-        for name, data_type in self._bounded.items():
-            column = table[name]
-            if pa.types.is_timestamp(data_type):
-                column = column.cast(pa.int64())
-            low, high = pc.min_max(column).as_py().values()
-            if low is None:
-                continue
-            if name in self._bounds:
-                old_low, old_high = self._bounds[name]
-                low, high = min(low, old_low), max(high, old_high)
-            self._bounds[name] = (low, high)
-
-    def to_json(self) -> str:
-        mins: dict[str, Any] = {}
-        maxes: dict[str, Any] = {}
-        for name, (low, high) in self._bounds.items():
-            data_type = self._bounded[name]
-            if pa.types.is_timestamp(data_type):
-                mins[name], maxes[name] = _timestamp_stat(low, False), _timestamp_stat(high, True)
-            elif pa.types.is_date32(data_type):
-                mins[name], maxes[name] = low.isoformat(), high.isoformat()
-            elif pa.types.is_string(data_type):
-                mins[name] = low[:_STRING_STATS_PREFIX]
-                if len(high) <= _STRING_STATS_PREFIX:
-                    maxes[name] = high
-            else:
-                mins[name], maxes[name] = low, high
-        return json.dumps({"numRecords": self.rows, "minValues": mins, "maxValues": maxes,
-                           "nullCount": self._nulls})
-
-
-def _partition_value(value: Any) -> Optional[str]:
-    """A partition value as Delta's add action records it (a string, None for null)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return str(value)
-
-
-def _directory_name(value: Optional[str]) -> str:
-    """A partition value in a directory name: all but RFC 3986 unreserved characters
-    percent-encoded, as delta-rs does (Spark's Hive escaping keeps more, e.g. spaces)."""
-    return _NULL_PARTITION if value is None else quote(value, safe="")
-
-
-class _ParquetPart:
-    """One Parquet file being written under the table root, in its Hive partition directory."""
-
-    def __init__(self, filesystem: fs.FileSystem, root: str, schema: pa.Schema,
-                 partition_values: Mapping[str, Optional[str]]) -> None:
-        directory = "".join(f"{k}={_directory_name(v)}/" for k, v in partition_values.items())
-        self._relative = f"{directory}part-{uuid.uuid4()}.zstd.parquet"
-        self._filesystem = filesystem
-        self._full_path = f"{root}/{self._relative}"
-        self._partition_values = dict(partition_values)
-        if isinstance(filesystem, fs.LocalFileSystem):
-            filesystem.create_dir(f"{root}/{directory}".rstrip("/"), recursive=True)
-        indexed = [name for name in schema.names if name not in _PAYLOAD_COLUMNS]
-        self._writer = pq.ParquetWriter(self._full_path, schema, filesystem=filesystem, compression="zstd",
-                                        use_dictionary=indexed, write_statistics=indexed)
-        self._stats = _FileStats(schema)
-        self._pending: list[pa.Table] = []
-        self._pending_bytes = 0
-
-    def write(self, table: pa.Table) -> None:
-        self._stats.update(table)
-        self._pending.append(table)
-        self._pending_bytes += table.nbytes
-        if self._pending_bytes >= ROW_GROUP_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._pending:
-            rows = pa.concat_tables(self._pending)
-            self._writer.write_table(rows, row_group_size=rows.num_rows)
-            self._pending, self._pending_bytes = [], 0
-
-    def discard(self) -> None:
-        self._pending = []
-        self._writer.close()
-        self._filesystem.delete_file(self._full_path)
-
-    def close(self) -> AddAction:
-        self._flush()
-        self._writer.close()
-        info = self._filesystem.get_file_info(self._full_path)
-        mtime_ms = info.mtime_ns // 1_000_000 if info.mtime_ns else int(time.time() * 1000)
-        # deltalake percent-encodes the path itself when it writes the log.
-        return AddAction(path=self._relative, size=info.size,
-                         partition_values=self._partition_values, modification_time=mtime_ms,
-                         data_change=True, stats=self._stats.to_json())
-
-
-def _split_partitions(table: pa.Table, partition_by: Sequence[str]
-                      ) -> Iterator[tuple[tuple[Optional[str], ...], pa.Table]]:
-    """(partition values, rows without the partition columns) for each partition in `table`."""
-    if not partition_by:
-        yield (), table
-        return
-    keys = table.select(list(partition_by)).group_by(list(partition_by), use_threads=False)
-    combos = keys.aggregate([]).to_pylist()
-    if len(combos) == 1:  # the usual case (one date per batch): no copy
-        yield tuple(_partition_value(combos[0][name]) for name in partition_by), table.drop_columns(list(partition_by))
-        return
-    for combo in combos:
-        mask = None
-        for name in partition_by:
-            value = combo[name]
-            match = pc.is_null(table[name]) if value is None else pc.equal(table[name], value)
-            mask = match if mask is None else pc.and_(mask, match)
-        values = tuple(_partition_value(combo[name]) for name in partition_by)
-        yield values, table.filter(mask).drop_columns(list(partition_by))
-
-
-def _delete_files(table_path: str, files: Iterable[AddAction]) -> None:
-    filesystem, root = fs.FileSystem.from_uri(table_path)
-    for add in files:
-        try:
-            filesystem.delete_file(f"{root}/{add.path}")
-        except FileNotFoundError:
-            pass
 
 
 # --- delta-rs writer: the `synclib_delta` Python streaming data source -------------------
@@ -244,28 +87,32 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     Executors write the files themselves, so the table path must be reachable from them
     (shared or object storage; pyarrow filesystems, credentials from the environment).
-    Files of a skipped (replayed) or aborted batch are deleted.
+    Files of a skipped (replayed) or aborted batch are deleted. The commit keeps the table
+    open in its process and reads only the commits since the previous batch
+    (`current_table`), so its cost does not grow with the table's age; with option
+    `logCheckpoints` false it leaves Delta log checkpoints to maintenance.
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
         self._path = options["path"]
         self._checkpoint = options["checkpointLocation"]
         self._partition_by: list[str] = json.loads(options.get("partitionBy") or "[]")
+        self._log_checkpoints = options.get("logCheckpoints", "true") == "true"
         self._schema = arrow_schema(schema)
         self._file_schema = pa.schema([f for f in self._schema if f.name not in self._partition_by])
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
         filesystem, root = fs.FileSystem.from_uri(self._path)
-        parts: dict[tuple[Optional[str], ...], _ParquetPart] = {}
+        parts: dict[tuple[str | None, ...], parquet.ParquetPart] = {}
         try:
             for batch in iterator:
                 if batch.num_rows == 0:
                     continue
                 table = pa.Table.from_batches([batch]).cast(self._schema)
-                for values, rows in _split_partitions(table, self._partition_by):
+                for values, rows in parquet.split_partitions(table, self._partition_by):
                     if values not in parts:
-                        parts[values] = _ParquetPart(filesystem, root, self._file_schema,
-                                                     dict(zip(self._partition_by, values)))
+                        parts[values] = parquet.ParquetPart(filesystem, root, self._file_schema,
+                                                            dict(zip(self._partition_by, values, strict=True)))
                     parts[values].write(rows)
         except BaseException:
             for part in parts.values():
@@ -273,16 +120,16 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             raise
         return AddedFiles([part.close() for part in parts.values()])
 
-    def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
         app_id = checkpoint.app_id(self._checkpoint)
         offsets = checkpoint.batch_offsets(self._checkpoint, batchId)
-        table = open_table(self._path)
+        table = current_table(self._path)
         if table is not None:
             done = table.transaction_version(app_id)
             if done is not None and done >= batchId:
                 logger.info("batch %d of %s is already in %s: skipped", batchId, app_id, self._path)
-                _delete_files(self._path, files)
+                parquet.delete_files(self._path, files)
                 return
             if not files and _same_offsets(offsets, latest_metadata(table)):
                 return
@@ -290,20 +137,23 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             custom_metadata=commit_metadata(app_id, batchId, offsets),
             app_transactions=[Transaction(app_id, batchId)])
         schema = Schema.from_arrow(self._schema)
+        hooks = PostCommitHookProperties(create_checkpoint=self._log_checkpoints,
+                                         cleanup_expired_logs=None if self._log_checkpoints else False)
         if table is None:
             create_table_with_add_actions(self._path, schema, files, mode="error",
                                           partition_by=self._partition_by,
-                                          commit_properties=properties)
+                                          commit_properties=properties, post_commithook_properties=hooks)
         else:
-            table.create_write_transaction(files, mode="append", schema=schema,
+            actions: list[AddAction | RemoveAction] = [*files]
+            table.create_write_transaction(actions, mode="append", schema=schema,
                                            partition_by=self._partition_by,
-                                           commit_properties=properties)
+                                           commit_properties=properties, post_commithook_properties=hooks)
         logger.info("batch %d of %s: %d files committed to %s", batchId, app_id, len(files),
                     self._path)
 
-    def abort(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
-        _delete_files(self._path, [f for m in messages if isinstance(m, AddedFiles)
-                                   for f in m.files])
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        parquet.delete_files(self._path, [f for m in messages if isinstance(m, AddedFiles)
+                                          for f in m.files])
 
 
 class DeltaSink(DataSource):
@@ -342,7 +192,7 @@ class DeltaSparkBatchWriter:
         writer.save(self._path)
 
 
-def delta_spark_available(spark: SparkSession) -> Optional[bool]:
+def delta_spark_available(spark: SparkSession) -> bool | None:
     """Whether the session's JVM can load Delta's classes; None when there is no JVM (Spark Connect)."""
     try:
         jvm = spark._jvm
@@ -386,13 +236,14 @@ def utc_date(timestamp: Column) -> Column:
 
 def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
                        engine: str = AUTO, partition_by: Sequence[str] = (),
-                       partition_by_date: bool = False, trigger: Optional[Mapping[str, Any]] = None,
-                       query_name: Optional[str] = None) -> StreamingQuery:
+                       partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
+                       query_name: str | None = None, log_checkpoints: bool = True) -> StreamingQuery:
     """Start writing the streaming `df` to the Delta table at `path`, exactly once.
 
     `partition_by_date` adds a `date` column (UTC date of `timestamp`) and partitions by it
     after `partition_by`. `trigger` holds keyword arguments for `DataStreamWriter.trigger`,
-    e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`.
+    e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`. `log_checkpoints`
+    false: delta-rs batch commits write no Delta log checkpoints (maintenance writes them).
     """
     partition_by = list(partition_by)
     if partition_by_date:
@@ -419,10 +270,11 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
     check_table_layout(table_path, df.schema, partition_by)
     spark.dataSource.register(DeltaSink)
     return (writer.format(FORMAT).option("path", table_path)
-            .option("partitionBy", json.dumps(partition_by)).start())
+            .option("partitionBy", json.dumps(partition_by))
+            .option("logCheckpoints", str(log_checkpoints).lower()).start())
 
 
-def _same_offsets(offsets: Optional[str], metadata: Optional[Mapping[str, Any]]) -> bool:
+def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:
     if metadata is None:
         return False
     return (json.loads(offsets) if offsets else None) == parse_offsets(metadata)
