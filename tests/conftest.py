@@ -1,6 +1,9 @@
 """Session fixtures: one local-mode SparkSession, one Kafka-protocol broker, unique topics.
 
-Tests use the embedded Tansu broker, or a real Kafka when KAFKA_BOOTSTRAP_SERVERS is set.
+The broker is a real Kafka when KAFKA_BOOTSTRAP_SERVERS is set; otherwise SYNCLIB_TEST_BROKER
+picks an in-process implementation: `tansu` (the embedded broker, the default) or
+`librdkafka-mock` (librdkafka's mock cluster, tests/mock_cluster.py). A test that a broker
+cannot support is marked `@pytest.mark.unsupported_on(BROKER, reason)` and skips there.
 """
 
 from __future__ import annotations
@@ -10,15 +13,21 @@ import logging
 import os
 import sys
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kafka import KafkaProducer
 
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
+from tests import mock_cluster
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+TANSU = "tansu"
+BROKERS = (TANSU, mock_cluster.NAME)
+BROKER = "kafka" if EXTERNAL_BOOTSTRAP else os.environ.get("SYNCLIB_TEST_BROKER", TANSU)
+if BROKER not in (*BROKERS, "kafka"):
+    raise pytest.UsageError(f"SYNCLIB_TEST_BROKER={BROKER!r}: expected one of {', '.join(BROKERS)}")
 # Python workers must use this interpreter (the one with synclib's dependencies).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -32,19 +41,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(item.path.parent.name)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unsupported_on(broker, reason): skip the test on that test broker")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("unsupported_on"):
+        if marker.args[0] == BROKER:
+            pytest.skip(marker.args[1])
+
+
 @pytest.fixture(scope="session")
-def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def mock_kafka() -> Iterator[mock_cluster.MockCluster]:
+    with mock_cluster.MockCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if EXTERNAL_BOOTSTRAP:
         yield EXTERNAL_BOOTSTRAP
-        return
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log_path=str(log)) as broker:
-        yield broker.bootstrap_servers
+    elif BROKER == mock_cluster.NAME:
+        yield request.getfixturevalue("mock_kafka").bootstrap_servers
+    else:
+        log = tmp_path_factory.mktemp("broker") / "tansu.log"
+        with EmbeddedBroker(log_path=str(log)) as broker:
+            yield broker.bootstrap_servers
 
 
 @pytest.fixture(scope="session")
-def admin(bootstrap_servers: str) -> Iterator[TopicAdmin]:
-    topic_admin = TopicAdmin(bootstrap_servers)
+def admin(request: pytest.FixtureRequest, bootstrap_servers: str) -> Iterator[TopicAdmin]:
+    topic_admin = (mock_cluster.MockTopicAdmin(request.getfixturevalue("mock_kafka"))
+                   if BROKER == mock_cluster.NAME else TopicAdmin(bootstrap_servers))
     yield topic_admin
     topic_admin.close()
 
@@ -61,7 +89,7 @@ _topic_counter = itertools.count()
 
 @pytest.fixture
 def new_topic(admin: TopicAdmin) -> Iterator[Callable[..., str]]:
-    """Create uniquely named topics for one test; deleted afterwards on a real Kafka."""
+    """Create uniquely named topics for one test; deleted afterwards except on Tansu (memory only)."""
     created: list[str] = []
 
     def create(prefix: str = "t", partitions: int = 1) -> str:
@@ -71,7 +99,7 @@ def new_topic(admin: TopicAdmin) -> Iterator[Callable[..., str]]:
         return name
 
     yield create
-    if EXTERNAL_BOOTSTRAP and created:
+    if BROKER != TANSU and created:
         admin.delete(created)
 
 
