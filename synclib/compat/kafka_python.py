@@ -47,12 +47,19 @@ class Codec:
 
     name: str
     available: Callable[[], bool]
-    package: str
+    package: str | None  # None: part of Python
+
+    @property
+    def remedy(self) -> str:
+        if self.package is None:
+            return "use a Python built with zlib"
+        return (f"install the Python package {self.package!r} where the job runs (synclib's package "
+                f"dependencies include it)")
 
 
 # kafka-python looks each library up when it decompresses (kafka.codec), so these do too.
 CODECS = {
-    DefaultRecordBatch.CODEC_GZIP: Codec("gzip", lambda: kafka.codec.has_gzip(), "the Python standard library"),
+    DefaultRecordBatch.CODEC_GZIP: Codec("gzip", lambda: kafka.codec.has_gzip(), None),
     DefaultRecordBatch.CODEC_SNAPPY: Codec("snappy", lambda: kafka.codec.has_snappy(), "python-snappy"),
     DefaultRecordBatch.CODEC_LZ4: Codec("lz4", lambda: kafka.codec.has_lz4(), "lz4"),
     DefaultRecordBatch.CODEC_ZSTD: Codec("zstd", lambda: kafka.codec.has_zstd(), "zstandard"),
@@ -63,9 +70,7 @@ class MissingCodecError(UnsupportedCodecError):  # type: ignore[misc]
     """A record batch is compressed with a codec whose library is not installed."""
 
     def __init__(self, tp: TopicPartition, offset: int, codec: str) -> None:
-        package = next((c.package for c in CODECS.values() if c.name == codec), None)
-        remedy = (f"install the Python package {package!r} where the job runs (synclib's package "
-                  f"dependencies include it)" if package else "no decoder is known for it")
+        remedy = next((c.remedy for c in CODECS.values() if c.name == codec), "no decoder is known for it")
         super().__init__(f"{tp.topic}[{tp.partition}] offset {offset}: cannot decode a record batch "
                          f"compressed with {codec}: {remedy}")
 

@@ -55,8 +55,8 @@ def _known_fetch() -> tuple[bytes, int]:
 def self_check() -> str | None:
     """Decode `_known_fetch()` with the Arrow path and with kafka-python's parser; what differs
     (or fails) when they disagree, None when they agree."""
-    data, fetch_offset = _known_fetch()
     try:
+        data, fetch_offset = _known_fetch()
         fast = kafka_python.parse(data, _CHECK_TP, fetch_offset, arrow_partition_records()).records
         reference = listed_records(_CHECK_TP, kafka_python.parse(data, _CHECK_TP, fetch_offset).records)
     except Exception as exc:  # noqa: BLE001 - any failure of the hook means: do not use it

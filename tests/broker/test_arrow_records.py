@@ -1,0 +1,176 @@
+"""The Arrow fast path on real producers' batches, read from the broker: librdkafka writes every
+compression codec, idempotent and transactional batches (commit and abort markers), headers with
+null values, null keys, tombstones and a 600 kB value. The read path's two ways of decoding (the
+Arrow fast path, and kafka-python's own parser through its public API, the fallback) must give
+the same columns, equal to what librdkafka reported producing; a process whose fast path is
+unusable (hook missing, unknown kafka-python version) falls back with one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kafka
+import kafka.codec
+import pyarrow as pa
+import pytest
+from kafka.consumer.fetcher import Fetcher
+
+from synclib.compat.kafka_python import MissingCodecError
+from synclib.kafka import fetch_path, reader
+from synclib.kafka.admin import KafkaMetadata
+from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
+from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.kafka.subscription import Subscription
+from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer
+
+SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+TRANSACTIONAL = len(CODECS)  # the partition after the codecs' ones
+LARGE_VALUE = os.urandom(1000) * 600  # 600 kB, compressible
+
+
+def records(tag: str, count: int) -> list[Record]:
+    """Null keys, tombstones, headers with null values and empty ones, varied sizes."""
+    out = []
+    for i in range(count):
+        key = None if i % 4 == 0 else f"{tag}-key-{i}".encode()
+        value = None if i % 7 == 3 else (f"{tag}-value-{i}-".encode() * (1 + i % 50))
+        headers: list[tuple[str, bytes | None]] = [] if i % 3 == 0 else [
+            ("trace", f"{tag}-{i}".encode()), ("null", None), ("", b"")]
+        out.append(Record(key, value, headers))
+    return out
+
+
+def transaction(kafka: Any, topic: str, partition: int, batch: list[Record], *, commit: bool) -> list[Produced]:
+    """One transaction, committed or aborted after its records reached the log (an abort drops
+    records still queued in librdkafka)."""
+    kafka.begin_transaction()
+    produced = produce_burst(kafka, topic, partition, batch)
+    if commit:
+        kafka.commit_transaction(30)
+    else:
+        kafka.abort_transaction(30)
+    return produced
+
+
+@pytest.fixture(scope="module")
+def written(bootstrap_servers: str, admin) -> tuple[str, dict[int, list[Produced]], dict[int, int]]:  # type: ignore[no-untyped-def]
+    """One topic: partition i written by librdkafka with codec CODECS[i] (idempotent for every
+    other codec), the last partition by a transactional producer (commit, abort, commit)."""
+    topic = f"librdkafka-{uuid.uuid4().hex[:8]}"
+    admin.create(topic, TRANSACTIONAL + 1)
+    produced: dict[int, list[Produced]] = {}
+    for partition, codec in enumerate(CODECS):
+        batch = records(codec, 300)
+        batch.insert(150, Record(b"large", LARGE_VALUE, [("size", b"600k")]))
+        produced[partition] = produce_burst(
+            producer(bootstrap_servers, compression_type=codec, enable_idempotence=partition % 2 == 0),
+            topic, partition, batch)
+    transactional = producer(bootstrap_servers, transactional_id=f"synclib-test-{uuid.uuid4().hex[:8]}",
+                             compression_type="zstd", enable_idempotence=True)
+    transactional.init_transactions(30)
+    produced[TRANSACTIONAL] = [
+        *transaction(transactional, topic, TRANSACTIONAL, records("committed", 40), commit=True),
+        *transaction(transactional, topic, TRANSACTIONAL, records("aborted", 30), commit=False),
+        *transaction(transactional, topic, TRANSACTIONAL, records("last", 20), commit=True),
+    ]
+    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers]}, Subscription(topics=(topic,)))
+    try:
+        ends = {p: offset for (_, p), offset in metadata.high_watermarks([(topic, p) for p in produced]).items()}
+    finally:
+        metadata.close()
+    return topic, produced, ends
+
+
+def read(bootstrap_servers: str, topic: str, partition: int, start: int, end: int) -> pa.Table:
+    task = KafkaInputPartition([OffsetRange(topic, partition, start, end)])
+    batches = list(read_partition(task, {"bootstrap_servers": [bootstrap_servers]}, SCHEMA, include_headers=True,
+                                  fail_on_data_loss=True, poll_timeout_ms=200, stall_timeout_s=20))
+    return pa.Table.from_batches(batches, SCHEMA)
+
+
+def as_produced(table: pa.Table) -> list[Produced]:
+    return [Produced(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
+                     [(h["key"], h["value"]) for h in row["headers"]], int(row["timestamp"].timestamp() * 1000))
+            for row in table.to_pylist()]
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This worker process as if it had not read yet: no cached consumer, no self-check result."""
+    monkeypatch.setattr(reader, "_consumers", {})
+    fetch_path.fast_path_problem.cache_clear()
+    fetch_path._warned.clear()
+    yield
+    fetch_path.fast_path_problem.cache_clear()
+    fetch_path._warned.clear()
+
+
+def test_librdkafka_batches_decode_to_what_librdkafka_produced(
+        bootstrap_servers: str, written: tuple[str, dict[int, list[Produced]], dict[int, int]],
+        fresh_process: None) -> None:
+    topic, produced, ends = written
+    assert fetch_path.fast_path_problem() is None
+    for partition, expected in produced.items():
+        table = read(bootstrap_servers, topic, partition, 0, ends[partition])
+        assert as_produced(table) == expected, f"partition {partition}"
+
+
+def remove_a_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetcher internal the fast path needs goes away (kafka-python's own parser uses it only
+    under read_committed, so kafka-python itself still reads these partitions)."""
+    monkeypatch.delattr(Fetcher.PartitionRecords, "_contains_abort_marker")
+
+
+# A process whose fast path is unusable, as an upgrade of kafka-python could make it.
+SIMULATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "hook missing": remove_a_hook,
+    "unknown kafka-python version": lambda mp: mp.setattr(kafka, "__version__", "3.1.0"),
+}
+
+
+@pytest.mark.parametrize("simulation", sorted(SIMULATIONS))
+def test_the_fallback_reads_the_same_columns_and_warns_once(
+        simulation: str, bootstrap_servers: str, written: tuple[str, dict[int, list[Produced]], dict[int, int]],
+        fresh_process: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    topic, produced, ends = written
+    fast = {p: read(bootstrap_servers, topic, p, 0, ends[p]) for p in produced}
+    middle = {p: read(bootstrap_servers, topic, p, 5, ends[p] - 5) for p in produced}
+
+    monkeypatch.setattr(reader, "_consumers", {})  # a new worker process...
+    fetch_path.fast_path_problem.cache_clear()
+    SIMULATIONS[simulation](monkeypatch)  # ...with a kafka-python the fast path must not hook
+    with caplog.at_level(logging.WARNING, logger=fetch_path.__name__):
+        for partition in produced:
+            slow = read(bootstrap_servers, topic, partition, 0, ends[partition])
+            for name in SCHEMA.names:
+                assert slow.column(name).equals(fast[partition].column(name)), f"partition {partition}: {name}"
+            assert read(bootstrap_servers, topic, partition, 5, ends[partition] - 5).equals(middle[partition])
+    warnings = [r.getMessage() for r in caplog.records if r.name == fetch_path.__name__]
+    assert len(warnings) == 1 and warnings[0].startswith("synclib's Arrow reader is off: "), warnings
+    assert fetch_path.fast_path_problem() is not None
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "fallback"])
+@pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd"])  # gzip is part of Python
+def test_a_codec_without_its_library_fails_naming_partition_offset_codec_and_package(
+        codec: str, fast: bool, bootstrap_servers: str, written: tuple[str, dict[int, list[Produced]], dict[int, int]],
+        fresh_process: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python looks the codec's library up through kafka.codec; without it, the read fails
+    on the batch (which proves librdkafka compressed it) with a message that says what to do."""
+    topic, _, ends = written
+    partition = CODECS.index(codec)
+    if not fast:
+        remove_a_hook(monkeypatch)
+    assert (fetch_path.fast_path_problem() is None) == fast  # the worker started with every library
+    monkeypatch.setattr(kafka.codec, f"has_{codec}", lambda: False)
+    with pytest.raises(MissingCodecError) as error:
+        read(bootstrap_servers, topic, partition, 0, ends[partition])
+    package = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
+    assert str(error.value) == (
+        f"MissingCodecError: {topic}[{partition}] offset 0: cannot decode a record batch compressed with {codec}: "
+        f"install the Python package {package[codec]!r} where the job runs (synclib's package dependencies include it)")
