@@ -17,6 +17,7 @@ from synclib.app.config import ConfigError, load_config
 from synclib.app.job import parse_args
 from synclib.source.options import SourceOptions
 from synclib.kafka.reader import consumer_settings
+from tests import mock_cluster
 from tests.forwarder_runs import (ROOT, commit_group, committed_offsets, run_forwarder, table_offsets,
                                   write_config)
 from tests.support import produce_values, publish_commit
@@ -159,6 +160,7 @@ def leader_source(events: str, log: str, leader: str, group: str, **more: object
 
 
 @pytest.mark.slow
+@mock_cluster.NO_GROUP_OFFSET_LISTING
 def test_chained_forwarders_and_lag_in_the_consumer_group(bootstrap_servers, producer, new_topic, tmp_path):
     """Forwarder A follows the leader, commits to its group and publishes its own commit log;
     forwarder B follows A's commit log. B never holds more than A, and ends equal to it."""
@@ -193,6 +195,7 @@ def test_chained_forwarders_and_lag_in_the_consumer_group(bootstrap_servers, pro
 
 
 @pytest.mark.slow
+@mock_cluster.NO_GROUP_OFFSET_LISTING
 def test_leader_without_commit_log_through_the_job(bootstrap_servers, producer, new_topic, tmp_path):
     """remote_offsets: group gates on the leader group's committed offsets, polled from Kafka."""
     events = new_topic("events", 3)

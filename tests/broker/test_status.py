@@ -19,6 +19,7 @@ from synclib.app.config import load_config
 from synclib.embedded.broker import free_port
 from synclib.delta.writer import commit_metadata
 from synclib.delta.table import table_summary
+from tests import mock_cluster
 from tests.forwarder_runs import ROOT, commit_group, run_status, start_forwarder, write_config
 from tests.support import produce_values, publish_commit, wait_until
 
@@ -82,6 +83,7 @@ def test_status_from_the_table_and_the_commit_log(bootstrap_servers, producer, n
     assert lines[6].split()[:8] == [events, "3", "UNKNOWN", "-", "4", "-", "10", "-"]
 
 
+@mock_cluster.NO_GROUP_OFFSET_LISTING
 def test_status_with_remote_offsets_group(bootstrap_servers, producer, new_topic, tmp_path):
     events = new_topic("events", 2)
     produce_values(producer, events, 0, 5)
