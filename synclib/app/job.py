@@ -74,21 +74,27 @@ class StopRequest:
 
     Under `spark-submit` the JVM (SparkSubmit) is the parent of this Python driver: `kill
     <pid>` reaches the JVM, whose default handler would shut Spark down under the query.
-    `install` therefore also replaces the JVM's handlers (a py4j callback into Python).
-    A second signal finds the previous handlers in place: Python raises KeyboardInterrupt,
-    the JVM shuts down.
+    `install` therefore also replaces the JVM's handlers (a py4j callback into Python; not on
+    Spark Connect, whose client has no JVM). A second signal finds the previous handlers in
+    place: Python raises KeyboardInterrupt, the JVM shuts down.
     """
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reason: Optional[str] = None
-        self._jvm_handler: Optional[_JvmSignalHandler] = None
+        self._jvm_handler: Optional[Any] = None  # a synclib.compat.py4j.JvmSignalHandler
 
     def install(self, spark: Any) -> None:
         """Call after the SparkSession exists (SparkContext installs its own SIGINT handler)."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._handle)
-        self._jvm_handler = _JvmSignalHandler.install(spark, self)
+        from synclib.compat import pyspark as spark_compat
+        from synclib.compat.py4j import JvmSignalHandler
+
+        jvm = spark_compat.jvm(spark, "JVM signal handlers not installed (a signal to the JVM stops Spark at once)",
+                               callbacks=True)
+        if jvm is not None:
+            self._jvm_handler = JvmSignalHandler.install(jvm, lambda name: self.request(f"SIG{name} received"))
 
     def request(self, reason: str) -> None:
         if not self.event.is_set():
@@ -99,42 +105,6 @@ class StopRequest:
     def _handle(self, signum: int, frame: object) -> None:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
         self.request(f"{signal.Signals(signum).name} received")
-
-
-class _JvmSignalHandler:
-    """A `sun.misc.SignalHandler` implemented in Python, for TERM and INT of the driver JVM."""
-
-    SIGNALS = ("TERM", "INT")
-
-    def __init__(self, jvm: Any, stop: StopRequest) -> None:
-        self._jvm = jvm
-        self._stop = stop
-        self._previous: dict[str, Any] = {}
-
-    @classmethod
-    def install(cls, spark: Any, stop: StopRequest) -> Optional[_JvmSignalHandler]:
-        jvm = getattr(spark, "_jvm", None)
-        if jvm is None:  # Spark Connect: no JVM in this process tree
-            return None
-        from py4j.protocol import Py4JError
-        from pyspark.java_gateway import ensure_callback_server_started
-
-        ensure_callback_server_started(spark.sparkContext._gateway)
-        handler = cls(jvm, stop)
-        for name in cls.SIGNALS:
-            try:
-                handler._previous[name] = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), handler)
-            except Py4JError as exc:
-                logger.warning("cannot handle SIG%s in the JVM (%s): it stops Spark at once", name, exc)
-        return handler
-
-    def handle(self, sig: Any) -> None:
-        name = sig.getName()
-        self._jvm.sun.misc.Signal.handle(sig, self._previous[name])
-        self._stop.request(f"SIG{name} received")
-
-    class Java:
-        implements = ["sun.misc.SignalHandler"]
 
 
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[str] = None) -> int:
@@ -235,8 +205,12 @@ class Forwarder:
     def _session(self) -> Any:
         from pyspark.sql import SparkSession
 
+        from synclib.compat.pyspark import is_connect
+
         spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
-        if getattr(spark, "_jvm", None) is not None and not spark.sparkContext.getConf().contains("spark.log.level"):
+        if is_connect(spark):
+            logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
+        elif not spark.sparkContext.getConf().contains("spark.log.level"):
             spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
         return spark
 
@@ -312,7 +286,8 @@ class Forwarder:
     def _report(self, query: Any, reporter: ProgressReporter, status_path: str) -> None:
         if not self.config.logging.progress:
             return
-        progresses = [json.loads(p.json) for p in query.recentProgress]
+        # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
+        progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows} for p in query.recentProgress]
         for line in reporter.update(progresses, PlannerStatus.read(status_path)):
             print(line, flush=True)
 
@@ -347,8 +322,13 @@ def failed_batch(exc: Any) -> Optional[str]:
     """The Kafka offsets of the micro-batch a query failed in, e.g. `events[0] offsets [5, 9)`,
     from the JVM's StreamingQueryException (one JSON, or `-`, per source in `[...]`); None
     when unknown (Spark Connect, or a failure outside a batch)."""
+    from synclib.compat.pyspark import failed_batch_offsets
+
+    offsets = failed_batch_offsets(exc)
+    if offsets is None:
+        return None
     try:
-        start, end = (str(offsets)[1:-1] for offsets in (exc._origin.startOffset(), exc._origin.endOffset()))
+        start, end = (text[1:-1] for text in offsets)
         first = {} if start == "-" else json.loads(start)
         last = json.loads(end)
     except Exception:  # noqa: BLE001 - any other shape: nothing to add to the error

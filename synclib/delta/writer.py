@@ -32,11 +32,12 @@ from pyarrow import fs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from synclib import __version__
+from synclib.compat import py4j as py4j_compat
+from synclib.compat import pyspark as spark_compat
 from synclib.delta import checkpoint, parquet
 from synclib.delta.table import (  # noqa: F401
     DATE_COLUMN,
@@ -72,7 +73,7 @@ def commit_metadata(app_id: str, batch_id: int, offsets: str | None) -> dict[str
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Delta table's Arrow schema for a Spark schema (timestamps as UTC microseconds)."""
-    return to_arrow_schema(schema, timezone="UTC")
+    return spark_compat.to_arrow_schema(schema)
 
 
 @dataclass
@@ -193,20 +194,11 @@ class DeltaSparkBatchWriter:
 
 
 def delta_spark_available(spark: SparkSession) -> bool | None:
-    """Whether the session's JVM can load Delta's classes; None when there is no JVM (Spark Connect)."""
-    try:
-        jvm = spark._jvm
-    except AttributeError:
-        return None
-    if jvm is None:
-        return None
-    from py4j.protocol import Py4JError  # not installed with the Spark Connect-only client
-
-    try:
-        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(_DELTA_SPARK_CLASS)
-    except Py4JError:
-        return False
-    return True
+    """Whether the session's JVM can load Delta's classes; None when there is no JVM to ask
+    (Spark Connect; logged once by `synclib.compat.pyspark.jvm`)."""
+    jvm = spark_compat.jvm(spark, "sink.engine auto: Delta's JVM classes not looked for "
+                                  "(delta-spark on Databricks, otherwise delta-rs)")
+    return None if jvm is None else py4j_compat.class_loadable(jvm, _DELTA_SPARK_CLASS)
 
 
 def resolve_engine(spark: SparkSession, engine: str = AUTO) -> str:

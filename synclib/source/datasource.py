@@ -18,12 +18,12 @@ from typing import Any, Iterator, Optional, Sequence
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
+from synclib.compat import pyspark as spark_compat
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
@@ -330,7 +330,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         return read_partition(
             partition,
             self.options.client_config,
-            to_arrow_schema(self.schema, timezone="UTC"),
+            spark_compat.to_arrow_schema(self.schema),
             include_headers=self.options.include_headers,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_ms=self.options.poll_timeout_ms,
