@@ -6,7 +6,9 @@ import time
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from synclib.embedded.world import EventProducer, SimulatedLeader, SimulationError, produce_backlog
+from synclib.embedded.leader import SimulatedLeader
+from synclib.embedded.simulation import SimulationError
+from synclib.embedded.world import EventProducer, produce_backlog
 from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
 from tests.support import wait_until
 
