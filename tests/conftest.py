@@ -32,13 +32,21 @@ if BROKER not in (*BROKERS, "kafka"):
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("kafka").setLevel(logging.WARNING)
 TEST_GROUPS = ("unit", "broker", "spark", "e2e")  # directories under tests/, markers in pyproject.toml
+# What a group may not use: the session broker (and what builds on it) or Spark.
+FORBIDDEN_FIXTURES = {"unit": ("bootstrap_servers", "spark"), "broker": ("spark",)}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with its directory's group, so `pytest -m unit` selects tests/unit."""
+    """Mark every test with its directory's group, so `pytest -m unit` selects tests/unit, and
+    refuse a test that needs more than its group provides."""
     for item in items:
-        if item.path.parent.name in TEST_GROUPS:
-            item.add_marker(item.path.parent.name)
+        group = item.path.parent.name
+        if group in TEST_GROUPS:
+            item.add_marker(group)
+        used = [name for name in FORBIDDEN_FIXTURES.get(group, ()) if name in getattr(item, "fixturenames", ())]
+        if used:
+            raise pytest.UsageError(f"{item.nodeid} is in tests/{group} but uses {', '.join(used)}: "
+                                    "move it to the group that provides it")
 
 
 def pytest_configure(config: pytest.Config) -> None:
