@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
@@ -22,7 +23,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def describe_topics(admin: KafkaAdminClient, topics: Optional[Iterable[str]] = None) -> dict[str, tuple[Optional[str], tuple[int, ...]]]:
+def describe_topics(admin: KafkaAdminClient, topics: Iterable[str] | None = None
+                    ) -> dict[str, tuple[str | None, tuple[int, ...]]]:
     """One bounded metadata round trip: {topic: (topic id, partitions)} for the given topics
     (all topics when None); topics that do not exist are absent."""
     found = {}
@@ -58,11 +60,12 @@ class KafkaMetadata:
     `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
 
     def __init__(self, client_config: Mapping[str, Any], subscription: Subscription,
-                 retry_timeout_s: float = 120.0) -> None:
+                 retry_timeout_s: float = kafkaconf.DEFAULT_DEADLINE_S) -> None:
         self._subscription = subscription
         self._retry_timeout_s = retry_timeout_s
         self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
-        self.topic_ids: dict[str, Optional[str]] = {}
+        self._isolation_level = kafkaconf.isolation_level(client_config)
+        self.topic_ids: dict[str, str | None] = {}
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._retry_timeout_s
@@ -95,6 +98,8 @@ class KafkaMetadata:
         return found
 
     def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Where reading ends: the high watermark, or under read_committed the last stable offset
+        (no reader gets past an open transaction)."""
         return self._list_offsets(partitions, OffsetSpec.LATEST)
 
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -104,8 +109,8 @@ class KafkaMetadata:
         tps = _tps(partitions)
         if not tps:
             return {}
-        found = self._retrying(f"listing {spec.name.lower()} offsets",
-                               lambda: self._admin.list_partition_offsets({tp: spec for tp in tps}))
+        found = self._retrying(f"listing {spec.name.lower()} offsets", lambda: self._admin.list_partition_offsets(
+            {tp: spec for tp in tps}, isolation_level=self._isolation_level))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:

@@ -8,11 +8,14 @@ naming the option, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 KAFKA_PREFIX = "kafka."
+# How long an unanswering broker is retried before an operation fails (settings may change it).
+DEFAULT_DEADLINE_S = 120.0
 
 # Java / librdkafka names whose kafka-python name is not the dotted name with '_'.
 _RENAMES = {
@@ -29,6 +32,9 @@ _RENAMES = {
 _RESERVED = {"group_id", "enable_auto_commit", "key_deserializer", "value_deserializer",
              "key_serializer", "value_serializer", "auto_offset_reset"}
 _SECRET_MARKERS = ("password", "secret", "jaas", "token", "key.password")
+# `kafka.isolation.level`: read_committed skips aborted transactions' records and bounds reading
+# by the last stable offset (the planner asks for it too).
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _JAAS_CREDENTIALS = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
 
 _CONSUMER_KEYS = set(KafkaConsumer.DEFAULT_CONFIG)
@@ -45,6 +51,14 @@ def is_secret(option_name: str) -> bool:
     """True for option names whose values must never be logged."""
     lowered = option_name.lower()
     return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def parse_bool(text: str) -> bool:
+    """`true` or `false` in any case, as Spark options spell booleans; ValueError otherwise."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"not a boolean: {text!r}")
+    return lowered == "true"
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,6 +95,11 @@ def kafka_client_config(options: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+def isolation_level(config: Mapping[str, Any]) -> str:
+    """The consumers' isolation level: `read_uncommitted` (kafka-python's default) or `read_committed`."""
+    return str(config.get("isolation_level", ISOLATION_LEVELS[0]))
+
+
 def for_consumer(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k in _CONSUMER_KEYS}
 
@@ -108,9 +127,7 @@ def _convert(option: str, key: str, raw: Any) -> Any:
     text = raw.strip()
     try:
         if isinstance(default, bool):
-            if text.lower() not in ("true", "false"):
-                raise ValueError(text)
-            return text.lower() == "true"
+            return parse_bool(text)
         if isinstance(default, int):
             return int(text)
         if isinstance(default, float):
@@ -122,4 +139,8 @@ def _convert(option: str, key: str, raw: Any) -> Any:
         ) from None
     if key == "api_version" and text:
         return tuple(int(p) for p in text.split("."))
+    if key == "isolation_level":
+        if text.lower() not in ISOLATION_LEVELS:
+            raise KafkaConfigError(f"option {option!r}: {raw!r} is not one of {', '.join(ISOLATION_LEVELS)}")
+        return text.lower()
     return text

@@ -1,6 +1,6 @@
 import pytest
 
-from synclib.kafka.client_config import KafkaConfigError, kafka_client_config, redact
+from synclib.kafka.client_config import KafkaConfigError, isolation_level, kafka_client_config, redact
 
 
 def test_java_style_names_map_to_kafka_python():
@@ -56,3 +56,17 @@ def test_bad_secret_value_is_not_echoed():
 def test_redact_hides_secrets():
     assert redact({"kafka.sasl.password": "p", "kafka.sasl.username": "u"}) == {
         "kafka.sasl.password": "***", "kafka.sasl.username": "u"}
+
+
+@pytest.mark.parametrize("given", ["read_committed", " READ_COMMITTED "])
+def test_isolation_level_takes_spark_s_option_name(given):
+    config = kafka_client_config({"kafka.isolation.level": given})
+    assert config == {"isolation_level": "read_committed"}
+    assert isolation_level(config) == "read_committed"
+    assert isolation_level({}) == "read_uncommitted"  # kafka-python's default
+
+
+def test_an_unknown_isolation_level_is_named():
+    with pytest.raises(KafkaConfigError, match="option 'kafka.isolation.level': 'committed' is not one of "
+                                               "read_uncommitted, read_committed"):
+        kafka_client_config({"kafka.isolation.level": "committed"})

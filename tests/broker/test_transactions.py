@@ -1,0 +1,126 @@
+"""Transactional topics: control markers take offsets, so a partition has gaps and may end in
+a marker; the read path must still reach the planner's end. With `kafka.isolation.level`
+read_committed, aborted records are skipped and the planner stops at the last stable offset.
+
+Tansu 0.6 (the embedded broker) keeps no aborted-transaction index: its fetch responses carry an
+empty aborted-transactions list under read_committed, so aborted records come back, and its
+ListOffsets(read_committed) answers 0 while a transaction is open. librdkafka's mock cluster
+writes control batches that fail kafka-python's CRC check, answers ListOffsets(read_committed)
+with the high watermark and returns aborted and open transactions' records under read_committed.
+The read_committed test needs a real Kafka (KAFKA_BOOTSTRAP_SERVERS).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from synclib.kafka.admin import KafkaMetadata
+from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
+from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.kafka.subscription import Subscription
+from tests import mock_cluster
+from tests.librdkafka import Produced, Record, produce_burst, producer
+
+SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+STALL_TIMEOUT_S = 10.0
+NO_ABORTED_INDEX = ("Tansu 0.6 keeps no aborted-transaction index (fetch responses under read_committed list no "
+                    "aborted transactions, so aborted records come back) and answers ListOffsets(read_committed) "
+                    "with 0 while a transaction is open")
+MOCK_MARKERS = (f"{mock_cluster.NAME}: transaction control batches fail kafka-python's CRC check; no last stable "
+                "offset or aborted-transaction index (read_committed returns aborted and open transactions' records)")
+
+
+def records(tag: str, count: int) -> list[Record]:
+    return [Record(f"{tag}-{i}".encode(), f"{tag}-value-{i}".encode(), [("tag", tag.encode())]) for i in range(count)]
+
+
+def transactional_producer(bootstrap_servers: str) -> Any:
+    kafka = producer(bootstrap_servers, transactional_id=f"synclib-test-{uuid.uuid4().hex[:8]}",
+                     enable_idempotence=True, compression_type="lz4")
+    kafka.init_transactions(30)
+    return kafka
+
+
+def in_transaction(kafka: Any, topic: str, batch: list[Record], *, commit: bool | None) -> list[Produced]:
+    """Records in one transaction: committed, aborted, or (None) left open. The records reach
+    the log before the marker."""
+    kafka.begin_transaction()
+    produced = produce_burst(kafka, topic, 0, batch)
+    if commit is True:
+        kafka.commit_transaction(30)
+    elif commit is False:
+        kafka.abort_transaction(30)
+    return produced
+
+
+def ends(bootstrap_servers: str, topic: str, isolation_level: str) -> int:
+    """The planner's end of partition 0 (high watermark, or last stable offset)."""
+    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers], "isolation_level": isolation_level},
+                             Subscription(topics=(topic,)))
+    try:
+        return metadata.high_watermarks([(topic, 0)])[(topic, 0)]
+    finally:
+        metadata.close()
+
+
+def read(bootstrap_servers: str, topic: str, start: int, end: int, isolation_level: str = "read_uncommitted"
+         ) -> tuple[list[int], float]:
+    """The offsets read in [start, end) and how long reading took."""
+    task = KafkaInputPartition([OffsetRange(topic, 0, start, end)])
+    began = time.monotonic()
+    batches = list(read_partition(task, {"bootstrap_servers": [bootstrap_servers], "isolation_level": isolation_level},
+                                  SCHEMA, include_headers=True, fail_on_data_loss=True, poll_timeout_ms=200,
+                                  stall_timeout_s=STALL_TIMEOUT_S))
+    return pa.Table.from_batches(batches, SCHEMA).column("offset").to_pylist(), time.monotonic() - began
+
+
+@pytest.mark.unsupported_on(mock_cluster.NAME, MOCK_MARKERS)
+def test_ranges_ending_in_control_markers_reach_their_end(bootstrap_servers: str, new_topic: Any) -> None:
+    topic = new_topic("txn")
+    kafka = transactional_producer(bootstrap_servers)
+    committed = in_transaction(kafka, topic, records("committed", 30), commit=True)
+    aborted = in_transaction(kafka, topic, records("aborted", 20), commit=False)
+    last = in_transaction(kafka, topic, records("last", 10), commit=True)
+    data = [p.offset for p in committed + aborted + last]
+    end = ends(bootstrap_servers, topic, "read_uncommitted")
+    markers = sorted(set(range(end)) - set(data))
+    # One marker after each transaction; the partition ends with one.
+    assert markers == [committed[-1].offset + 1, aborted[-1].offset + 1, end - 1], (markers, end)
+
+    offsets, took = read(bootstrap_servers, topic, 0, end)
+    assert offsets == data  # read_uncommitted: the aborted records too, the markers' offsets are gaps
+    assert took < STALL_TIMEOUT_S / 2
+    for start, stop in [(markers[0], markers[0] + 1), (markers[1] - 3, markers[1] + 1), (end - 1, end),
+                        (last[-1].offset, end)]:
+        offsets, took = read(bootstrap_servers, topic, start, stop)
+        assert offsets == [o for o in data if start <= o < stop], (start, stop)
+        assert took < STALL_TIMEOUT_S / 2, f"[{start}, {stop}) took {took:.1f}s: it stalled on a marker"
+
+
+@pytest.mark.unsupported_on("tansu", NO_ABORTED_INDEX)
+@pytest.mark.unsupported_on(mock_cluster.NAME, MOCK_MARKERS)
+def test_read_committed_skips_aborted_records_and_stops_at_the_last_stable_offset(
+        bootstrap_servers: str, new_topic: Any) -> None:
+    topic = new_topic("txn-committed")
+    kafka = transactional_producer(bootstrap_servers)
+    committed = in_transaction(kafka, topic, records("committed", 30), commit=True)
+    aborted = in_transaction(kafka, topic, records("aborted", 20), commit=False)
+    open_transaction = in_transaction(kafka, topic, records("open", 10), commit=None)
+
+    stable = ends(bootstrap_servers, topic, "read_committed")
+    assert stable == open_transaction[0].offset  # no further than the open transaction's first record
+    assert ends(bootstrap_servers, topic, "read_uncommitted") == open_transaction[-1].offset + 1
+    offsets, _ = read(bootstrap_servers, topic, 0, stable, "read_committed")
+    assert offsets == [p.offset for p in committed]
+    assert not {p.offset for p in aborted} & set(offsets)
+
+    kafka.commit_transaction(30)
+    end = ends(bootstrap_servers, topic, "read_committed")
+    assert end == open_transaction[-1].offset + 2  # its records and its marker
+    offsets, _ = read(bootstrap_servers, topic, stable, end, "read_committed")
+    assert offsets == [p.offset for p in open_transaction]
