@@ -44,7 +44,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from synclib.kafka import client_config as kafkaconf
 from synclib.kafka import reader as partition_reader
 from synclib.leader.commitlog import Commit, encode_commit
-from synclib.app.config import ForwarderConfig, load_config
+from synclib.settings import ForwarderConfig, load_config
 from benchmarks.procmem import TreeMemory
 from synclib.delta.writer import META_BATCH_ID, META_OFFSETS
 

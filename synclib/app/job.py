@@ -22,7 +22,7 @@ import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.source.status import PlannerStatus
 
 if TYPE_CHECKING:  # pyspark, deltalake: imported only once the configuration is valid

@@ -37,8 +37,7 @@ from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
 from synclib.offsets import TopicPartitionKey
-from synclib.source.options import SourceOptions
-from synclib.app.config import ConfigError, ForwarderConfig, load_config
+from synclib.settings import ConfigError, ForwarderConfig, SourceOptions, load_config
 from synclib.source.state import Offsets, get_state_from_offsets
 from synclib.source.status import (
     LeaderCommits,
@@ -139,7 +138,7 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     """The forwarder's status (raises `StatusError`, `KafkaError`)."""
     reader_options = config.source_options(bootstrap_servers)
     reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
-    options = SourceOptions.parse(reader_options)
+    options = SourceOptions.from_spark(reader_options)
     summary = table_summary(config.sink.path)
     follower = _table_offsets(summary.offsets if summary is not None else None)
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down

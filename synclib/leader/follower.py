@@ -42,7 +42,7 @@ class CommitLogFollower(RemoteOffsetsTracker):
         client_config: Mapping[str, Any],
         *,
         listener: Optional[CommitListener] = None,
-        unreachable_timeout_s: Optional[float] = 120.0,
+        unreachable_timeout_s: Optional[float] = kafkaconf.DEFAULT_DEADLINE_S,
         partition_refresh_s: float = 5.0,
         poll_timeout_ms: int = 100,
     ) -> None:

@@ -30,7 +30,7 @@ class GroupOffsetsPoller(RemoteOffsetsTracker):
         client_config: Mapping[str, Any],
         *,
         poll_interval_s: float = 1.0,
-        unreachable_timeout_s: Optional[float] = 120.0,
+        unreachable_timeout_s: Optional[float] = kafkaconf.DEFAULT_DEADLINE_S,
     ) -> None:
         super().__init__(f"group offsets poller for groups {list(groups)}", groups, unreachable_timeout_s)
         self._client_config = dict(client_config)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.errors import NoError
@@ -21,8 +21,7 @@ from kafka.structs import OffsetAndMetadata
 
 from synclib.kafka import client_config as kafkaconf
 from synclib.leader.commitlog import Commit, encode_commit
-from synclib.source.options import SourceOptions
-from synclib.source.planning import PartitionOffsets
+from synclib.offsets import PartitionOffsets
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +29,19 @@ SEND_TIMEOUT_S = 30.0
 
 
 class ProgressPublisher:
-    def __init__(self, options: SourceOptions) -> None:
-        self._group = options.consumer_group or ""
-        self._topic = options.publish_commit_log
+    """Publishes under `group` (the follower's consumerGroup) to the group's offsets when
+    `commit_to_group`, and to `commit_log_topic` when given; `client_config` is kafka-python's."""
+
+    def __init__(self, client_config: Mapping[str, Any], group: str, *, commit_to_group: bool,
+                 commit_log_topic: Optional[str]) -> None:
+        self._group = group
+        self._topic = commit_log_topic
         self._admin: Optional[KafkaAdminClient] = None
         self._producer: Optional[KafkaProducer] = None
-        if options.commit_to_consumer_group:
-            self._admin = KafkaAdminClient(**kafkaconf.for_admin(options.client_config),
-                                           client_id="synclib-progress")
+        if commit_to_group:
+            self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-progress")
         if self._topic:
-            self._producer = KafkaProducer(**kafkaconf.for_producer(options.client_config),
+            self._producer = KafkaProducer(**kafkaconf.for_producer(client_config),
                                            client_id="synclib-commit-log-publisher", linger_ms=0)
         self._published: PartitionOffsets = {}
 

@@ -30,7 +30,7 @@ from synclib.leader.publisher import ProgressPublisher
 from synclib.leader.tracker import RemoteOffsetsTracker
 from synclib.kafka.admin import KafkaMetadata
 from synclib.offsets import EARLIEST, LATEST, parse_offsets_json, to_offsets_json
-from synclib.source.options import SourceOptions
+from synclib.settings.source import SourceOptions
 from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
 from synclib.source.planning import PartitionOffsets, TopicPartitionKey, cap_offsets, limit_rows, plan_end_offsets
 from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager, get_state_from_offsets
@@ -67,11 +67,10 @@ class SynchronizedKafkaDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
-        include_headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return output_schema_ddl(include_headers)
+        return output_schema_ddl(SourceOptions.from_spark(self.options).include_headers)
 
     def streamReader(self, schema: StructType) -> "SynchronizedKafkaStreamReader":
-        return SynchronizedKafkaStreamReader(SourceOptions.parse(self.options), schema)
+        return SynchronizedKafkaStreamReader(SourceOptions.from_spark(self.options), schema)
 
 
 class _Planner:
@@ -82,14 +81,16 @@ class _Planner:
         self.options = options
         _ignore_terminal_interrupts()
         self.metadata = KafkaMetadata(options.client_config, options.subscription,
-                                      retry_timeout_s=options.broker_timeout_s)
+                                      retry_timeout_s=options.broker_timeout)
         self.states = SynchronizedPartitionStateManager(_log_state_change)
         self.remote = _remote_offsets_tracker(options).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
             logger.warning("%s not caught up after %.0fs; planning with what it has",
                            self.remote.description, FOLLOWER_CATCH_UP_TIMEOUT_S)
-        self.publisher = ProgressPublisher(options) if (
-            options.commit_to_consumer_group or options.publish_commit_log) else None
+        self.publisher = ProgressPublisher(
+            options.client_config, options.consumer_group or "", commit_to_group=options.commit_to_consumer_group,
+            commit_log_topic=options.publish_commit_log,
+        ) if (options.commit_to_consumer_group or options.publish_commit_log) else None
         self.high_watermarks: dict[TopicPartitionKey, int] = {}
         self._topic_ids: dict[str, Optional[str]] = {}
         self._remote_changed_at: dict[TopicPartitionKey, tuple[Optional[int], float]] = {}
@@ -145,7 +146,7 @@ class _Planner:
                 self.stale.discard(tp)
                 continue
             waiting = self.high_watermarks.get(tp, local) > max(local, offset or 0)
-            if waiting and now - seen[1] >= self.options.stale_after_s and tp not in self.stale:
+            if waiting and now - seen[1] >= self.options.stale_after and tp not in self.stale:
                 self.stale.add(tp)
                 logger.warning(
                     "%s[%d]: leader has committed nothing for %.0fs while data is waiting "
@@ -191,10 +192,10 @@ def _ignore_terminal_interrupts() -> None:
 def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
     if options.remote_offsets == "group":
         return GroupOffsetsPoller(options.commit_groups, options.client_config,
-                                  poll_interval_s=options.remote_poll_interval_s,
-                                  unreachable_timeout_s=options.commit_log_timeout_s)
+                                  poll_interval_s=options.remote_poll_interval,
+                                  unreachable_timeout_s=options.commit_log_timeout)
     return CommitLogFollower(options.commit_log_topic or "", options.commit_groups, options.client_config,
-                             unreachable_timeout_s=options.commit_log_timeout_s)
+                             unreachable_timeout_s=options.commit_log_timeout)
 
 
 def _log_state_change(topic: str, partition: int, old: StateAndOffsets, new: StateAndOffsets) -> None:
@@ -334,7 +335,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             include_headers=self.options.include_headers,
             fail_on_data_loss=self.options.fail_on_data_loss,
             poll_timeout_ms=self.options.poll_timeout_ms,
-            stall_timeout_s=self.options.read_stall_timeout_s,
+            stall_timeout_s=self.options.read_stall_timeout,
         )
 
     def commit(self, end: dict) -> None:

@@ -13,9 +13,8 @@ import pytest
 from deltalake import DeltaTable
 
 from synclib.kafka import client_config as kafkaconf
-from synclib.app.config import ConfigError, load_config
+from synclib.settings import ConfigError, SourceOptions, load_config
 from synclib.app.job import parse_args
-from synclib.source.options import SourceOptions
 from synclib.kafka.reader import consumer_settings
 from tests import mock_cluster
 from tests.forwarder_runs import (ROOT, commit_group, committed_offsets, run_forwarder, table_offsets,
@@ -116,7 +115,7 @@ def security_config(tmp_path: Path, security: dict) -> Path:
 def test_security_settings_reach_every_kafka_client_of_the_job(tmp_path, monkeypatch, security, expected):
     monkeypatch.setenv("TEST_KAFKA_PASSWORD", "s3cr3t")
     config = load_config(security_config(tmp_path, security))
-    options = SourceOptions.parse(config.source_options("broker-1:9096"))
+    options = SourceOptions.from_spark(config.source_options("broker-1:9096"))
     client = options.client_config
     clients = {
         # planner metadata, follower and group poller admin, consumer-group commits

@@ -15,7 +15,7 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from synclib.app import status
-from synclib.app.config import load_config
+from synclib.settings import load_config
 from synclib.embedded.broker import free_port
 from synclib.delta.writer import commit_metadata
 from synclib.delta.table import table_summary

@@ -23,7 +23,7 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from synclib.app.config import load_config
+from synclib.settings import load_config
 from synclib.app.job import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.world import EventProducer, SimulatedLeader

@@ -372,14 +372,14 @@ def test_topic_deleted_and_recreated(world, admin, fail_on_data_loss):
 
 def test_commit_to_consumer_group_after_each_batch(world, admin):
     from synclib.kafka.admin import KafkaMetadata
-    from synclib.source.options import SourceOptions
+    from synclib.settings import SourceOptions
 
     group = f"follower-{uuid.uuid4().hex[:8]}"
     produce_values(world.producer, world.events, 0, 10)
     world.start(consumerGroup=group, commitToConsumerGroup="true")
     world.commit(0, 6)
     world.wait_released(offsets(0, 0, 6))
-    options = SourceOptions.parse(world.options())
+    options = SourceOptions.from_spark(world.options())
     metadata = KafkaMetadata(options.client_config, options.subscription)
     try:
         wait_until(lambda: metadata.group_offsets(group).get((world.events, 0)) == 6, what="group offset 6")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.app.config import (
+from synclib.settings import (
     ConfigError, EmbeddedConfig, ForwarderConfig, LoggingConfig, SinkConfig, SourceConfig, TriggerConfig,
     load_config, parse_duration,
 )
@@ -415,5 +415,5 @@ def test_secrets_never_appear_in_repr(tmp_path):
 
 
 def test_config_module_does_not_import_spark():
-    code = "import sys, synclib.app.config; sys.exit('pyspark' in sys.modules)"
+    code = "import sys, synclib.settings; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -1,0 +1,125 @@
+"""The forwarder job's configuration: the sections of the YAML file below its root, `ForwarderConfig`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+from pydantic import Field, model_validator
+
+from synclib.settings.kafka import KafkaConfig
+from synclib.settings.model import KEEP_NULL, Section, SettingError
+from synclib.settings.source import BOOTSTRAP_OPTION, SourceConfig
+from synclib.settings.values import (
+    EMBEDDED, Boolean, Columns, Duration, Engine, FilePath, LogLevel, PositiveDuration, PositiveInt, TransformSpec,
+    choices,
+)
+
+
+class MaintenanceConfig(Section):
+    """`sink.maintenance`: compaction, vacuum and log checkpoints of the table."""
+
+    enabled: Boolean = True  # run passes in the forwarder (the `maintain` command ignores it)
+    interval: PositiveDuration = 300.0  # between the end of one pass and the start of the next
+    time_budget: PositiveDuration = 60.0  # a pass starts no new compaction after this long
+    target_file_size_mb: PositiveInt = 128  # compaction writes files of about this size (MiB)
+    min_age: Duration = 60.0  # newer files are not compacted (except in closed dates)
+    vacuum_retention: Duration = 7 * 86_400.0  # removed files are deleted after this long
+    checkpoint_interval: PositiveInt = 100  # versions between log checkpoints
+    log_cleanup: Boolean = True
+
+    @property
+    def target_file_size(self) -> int:
+        """`target_file_size_mb` in bytes."""
+        return self.target_file_size_mb << 20
+
+
+class SinkConfig(Section):
+    """`sink`: the Delta table and how it is written."""
+
+    path: FilePath
+    engine: Annotated[Engine, choices(Engine)] = "auto"
+    partition_by: Columns = ()
+    partition_by_date: Boolean = False
+    # With a new checkpoint on an existing table, start from the offsets the table records.
+    resume_from_table: Boolean = True
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+
+
+class CheckpointConfig(Section):
+    """`checkpoint`: Spark's checkpoint location."""
+
+    location: FilePath
+
+
+class TriggerConfig(Section):
+    """`trigger`: micro-batch interval, or one Trigger.AvailableNow run."""
+
+    processing_time: Duration = 1.0
+    available_now: Boolean = False
+
+
+class LoggingConfig(Section):
+    """`logging`: log level and the progress lines."""
+
+    level: Annotated[LogLevel, choices(LogLevel)] = "INFO"
+    progress: Boolean = True
+    progress_interval: PositiveDuration = 1.0
+
+
+class EmbeddedConfig(Section):
+    """`embedded`: the local broker's simulated producer and leader (only with bootstrap 'embedded')."""
+
+    partitions: PositiveInt = 4
+    events_per_second: PositiveInt = 200
+    event_bytes: PositiveInt = 2048
+    leader_lag: Duration = 2.0
+    leader_commit_interval: PositiveDuration = 1.0
+    run_for: Annotated[Optional[PositiveDuration], KEEP_NULL] = 30.0  # null: until interrupted
+
+
+class ForwarderConfig(Section):
+    """The whole YAML file."""
+
+    kafka: KafkaConfig
+    source: SourceConfig
+    sink: SinkConfig
+    checkpoint: CheckpointConfig
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    transform: Optional[TransformSpec] = None  # "module:function" applied to each micro-batch
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    embedded: Optional[EmbeddedConfig] = None  # set exactly when kafka.embedded
+
+    @model_validator(mode="before")
+    @classmethod
+    def _embedded_defaults(cls, data: Any) -> Any:
+        """An embedded broker gets the `embedded` section's defaults when the file has none."""
+        kafka = data.get("kafka") if isinstance(data, dict) else None
+        if (isinstance(kafka, dict) and str(kafka.get("bootstrap_servers")).strip() == EMBEDDED
+                and data.get("embedded") is None):
+            return {**data, "embedded": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ForwarderConfig:
+        if self.kafka.embedded and self.kafka.security.protocol != "PLAINTEXT":
+            raise SettingError("kafka.security.protocol", "the embedded broker speaks PLAINTEXT only")
+        if not self.kafka.embedded and self.embedded is not None:
+            raise SettingError("embedded", f"only used when {{0}} is {EMBEDDED!r}; "
+                                           "remove the section (or --set embedded=null)", "kafka.bootstrap_servers")
+        source = self.source
+        if source.starting_offsets.startswith("{") and source.topics:
+            for topic in json.loads(source.starting_offsets):
+                if topic not in source.topics:
+                    raise SettingError("source.starting_offsets", f"topic {topic!r} is not subscribed")
+        return self
+
+    def source_options(self, bootstrap_servers: str) -> dict[str, str]:
+        """Reader options of the `synchronized_kafka` source; all values are strings."""
+        if bootstrap_servers == EMBEDDED:
+            raise ValueError("pass the address of the started embedded broker, not 'embedded'")
+        return {BOOTSTRAP_OPTION: bootstrap_servers, **self.kafka.client_options(), **self.source.spark_options()}
+
+    def redacted(self) -> dict[str, Any]:
+        """The configuration as JSON-able data with secret values replaced by '***', for logging."""
+        return self.model_dump(mode="json")
