@@ -1,0 +1,157 @@
+"""Prometheus metrics of the forwarder, served by the driver (`monitoring.metrics_port`).
+
+Per partition (labels `topic`, `partition`), from the planner's status as of its latest
+planning call (every offset is a next offset, as in Kafka):
+
+- `synclib_partition_follower_offset`, `synclib_partition_leader_offset` (the minimum over the
+  leader groups), `synclib_partition_high_watermark`;
+- `synclib_partition_lag_offsets`: high watermark - follower;
+- `synclib_partition_held_back_offsets`: high watermark - leader (what the gate holds back);
+- `synclib_partition_state{state}`: 1 for the current state, 0 for the three others;
+- `synclib_partition_stale`: 1 while the leader is reported stale.
+
+Per leader group: `synclib_leader_commit_age_seconds{group}`, seconds since the forwarder last
+received a commit of the group (after a restart, counted from the replay of the commit log).
+
+Counters: `synclib_commit_log_skipped_total` (malformed commit-log messages skipped by the
+running query), `synclib_batches_total` and `synclib_rows_written_total` (micro-batches and
+rows this run wrote), `synclib_maintenance_runs_total` (table maintenance passes, see
+`maintenance_run`); histogram `synclib_batch_duration_seconds` (micro-batch trigger times).
+
+A figure that is unknown (no high watermark yet, a group that has not committed) has no sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from synclib.source.state import SynchronizedPartitionState
+from synclib.source.status import PartitionStatus, PlannerStatus
+
+logger = logging.getLogger(__name__)
+
+BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_PARTITION_LABELS = ("topic", "partition")
+_PARTITION_GAUGES: tuple[tuple[str, str, Callable[[PartitionStatus], int | None]], ...] = (
+    ("synclib_partition_follower_offset", "The follower's next offset (what the Delta table holds up to)",
+     lambda p: p.follower_offset),
+    ("synclib_partition_leader_offset", "The leader groups' committed next offset (minimum over the groups)",
+     lambda p: p.leader_offset),
+    ("synclib_partition_high_watermark", "The partition's high watermark", lambda p: p.high_watermark),
+    ("synclib_partition_lag_offsets", "High watermark - follower offset", lambda p: p.lag),
+    ("synclib_partition_held_back_offsets", "High watermark - leader offset: events the gate holds back",
+     lambda p: p.held_back),
+)
+
+
+class _StatusCollector(Collector):
+    """Partition and leader-group series from the latest planner status, built at each scrape."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.status: PlannerStatus | None = None
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.status
+        partitions = status.partitions if status is not None else ()
+        for name, documentation, value in _PARTITION_GAUGES:
+            gauge = GaugeMetricFamily(name, documentation, labels=_PARTITION_LABELS)
+            for p in partitions:
+                figure = value(p)
+                if figure is not None:
+                    gauge.add_metric([p.topic, str(p.partition)], figure)
+            yield gauge
+        states = GaugeMetricFamily("synclib_partition_state", "1 for the partition's current state, 0 for the others",
+                                   labels=(*_PARTITION_LABELS, "state"))
+        stale = GaugeMetricFamily("synclib_partition_stale", "1 while the leader is reported stale for the partition",
+                                  labels=_PARTITION_LABELS)
+        for p in partitions:
+            for state in SynchronizedPartitionState:
+                states.add_metric([p.topic, str(p.partition), state.value], 1 if state is p.state else 0)
+            stale.add_metric([p.topic, str(p.partition)], 1 if p.stale else 0)
+        yield states
+        yield stale
+        age = GaugeMetricFamily("synclib_leader_commit_age_seconds",
+                                "Seconds since the forwarder last received a commit of the leader group",
+                                labels=("group",))
+        skipped = CounterMetricFamily("synclib_commit_log_skipped",
+                                      "Malformed commit-log messages skipped by the running query")
+        if status is not None:
+            now = self._clock()
+            for group, received_at in sorted(status.commit_log.last_commit_time.items()):
+                age.add_metric([group], max(0.0, now - received_at))
+            skipped.add_metric([], status.commit_log.skipped_malformed)
+        yield age
+        yield skipped
+
+
+class ForwarderMetrics:
+    """The forwarder's series in a registry of their own; `observe` feeds them, `serve` exposes them."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no `*_created` series beside the counters
+        self.registry = CollectorRegistry()
+        self._status = _StatusCollector(clock)
+        self.registry.register(self._status)
+        self._batches = Counter("synclib_batches", "Micro-batches written by this run", registry=self.registry)
+        self._rows = Counter("synclib_rows_written", "Rows written to Delta by this run", registry=self.registry)
+        self._durations = Histogram("synclib_batch_duration_seconds", "Micro-batch trigger duration",
+                                    buckets=BATCH_DURATION_BUCKETS, registry=self.registry)
+        self._maintenance = Counter("synclib_maintenance_runs", "Table maintenance passes run by this job",
+                                    registry=self.registry)
+        self._seen: tuple[str, int] = ("", -1)
+        self._server: Any = None
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> bool:
+        """Serve `/metrics` on `address:port` from a daemon thread; False (logged) when the port
+        cannot be bound, so a busy port costs the metrics, not the job."""
+        try:
+            self._server, _ = start_http_server(port, address, registry=self.registry)
+        except OSError as exc:
+            logger.warning("metrics: cannot serve on %s:%d (%s); continuing without metrics", address, port, exc)
+            return False
+        logger.info("metrics: serving Prometheus metrics on http://%s:%d/metrics", address, port)
+        return True
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def observe(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None) -> None:
+        """Count the micro-batches of progress reports not seen yet (oldest first; Spark's
+        reports of idle triggers are not batches) and keep `status` for the partition series."""
+        if status is not None:
+            self._status.status = status
+        for progress in progresses:
+            key = (str(progress["timestamp"]), int(progress["batchId"]))
+            if key <= self._seen:
+                continue
+            self._seen = key
+            durations = progress.get("durationMs") or {}
+            if "addBatch" not in durations:
+                continue
+            self._batches.inc()
+            self._rows.inc(rows_written(progress))
+            self._durations.observe(float(durations.get("triggerExecution") or 0) / 1000.0)
+
+    def maintenance_run(self) -> None:
+        """Count one table maintenance pass (the maintenance thread's hook)."""
+        self._maintenance.inc()
+
+
+def rows_written(progress: Mapping[str, Any]) -> int:
+    """The sink's output rows of a micro-batch, or its input rows when the sink reports none
+    (foreachBatch reports -1)."""
+    output = (progress.get("sink") or {}).get("numOutputRows")
+    if isinstance(output, int) and output >= 0:
+        return output
+    return int(progress.get("numInputRows") or 0)

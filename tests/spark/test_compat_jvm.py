@@ -1,0 +1,18 @@
+"""The private JVM accessors on a classic session (Spark Connect's side: test_spark_connect.py)."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from synclib.compat import py4j as py4j_compat
+from synclib.compat import pyspark as spark_compat
+from synclib.delta.writer import delta_spark_available
+
+
+def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> None:
+    assert not spark_compat.is_connect(spark)
+    jvm = spark_compat.jvm(spark, "nothing (test)")
+    assert jvm is not None
+    assert py4j_compat.class_loadable(jvm, "java.lang.String")
+    assert not py4j_compat.class_loadable(jvm, "org.example.NotOnTheClasspath")
+    assert delta_spark_available(spark) is py4j_compat.class_loadable(jvm, "io.delta.tables.DeltaTable")
