@@ -29,7 +29,12 @@ moving its value to the new key with a `DeprecationWarning`.
 """
 
 from synclib.settings.job import (
-    CheckpointConfig, EmbeddedConfig, ForwarderConfig, LoggingConfig, SinkConfig, TriggerConfig,
+    CheckpointConfig,
+    EmbeddedConfig,
+    ForwarderConfig,
+    LoggingConfig,
+    SinkConfig,
+    TriggerConfig,
 )
 from synclib.settings.kafka import KafkaConfig, SecurityConfig
 from synclib.settings.loading import ConfigError, load_config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -11,8 +11,16 @@ from synclib.settings.kafka import KafkaConfig
 from synclib.settings.model import KEEP_NULL, Section, SettingError
 from synclib.settings.source import BOOTSTRAP_OPTION, SourceConfig
 from synclib.settings.values import (
-    EMBEDDED, Boolean, Columns, Duration, Engine, FilePath, LogLevel, PositiveDuration, PositiveInt, TransformSpec,
-    choices,
+    EMBEDDED,
+    Boolean,
+    Columns,
+    Duration,
+    EngineChoice,
+    FilePath,
+    LogLevelChoice,
+    PositiveDuration,
+    PositiveInt,
+    TransformSpec,
 )
 
 
@@ -27,6 +35,7 @@ class MaintenanceConfig(Section):
     vacuum_retention: Duration = 7 * 86_400.0  # removed files are deleted after this long
     checkpoint_interval: PositiveInt = 100  # versions between log checkpoints
     log_cleanup: Boolean = True
+    log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
 
     @property
     def target_file_size(self) -> int:
@@ -38,7 +47,7 @@ class SinkConfig(Section):
     """`sink`: the Delta table and how it is written."""
 
     path: FilePath
-    engine: Annotated[Engine, choices(Engine)] = "auto"
+    engine: EngineChoice = "auto"
     partition_by: Columns = ()
     partition_by_date: Boolean = False
     # With a new checkpoint on an existing table, start from the offsets the table records.
@@ -62,7 +71,7 @@ class TriggerConfig(Section):
 class LoggingConfig(Section):
     """`logging`: log level and the progress lines."""
 
-    level: Annotated[LogLevel, choices(LogLevel)] = "INFO"
+    level: LogLevelChoice = "INFO"
     progress: Boolean = True
     progress_interval: PositiveDuration = 1.0
 
@@ -75,7 +84,7 @@ class EmbeddedConfig(Section):
     event_bytes: PositiveInt = 2048
     leader_lag: Duration = 2.0
     leader_commit_interval: PositiveDuration = 1.0
-    run_for: Annotated[Optional[PositiveDuration], KEEP_NULL] = 30.0  # null: until interrupted
+    run_for: Annotated[PositiveDuration | None, KEEP_NULL] = 30.0  # null: until interrupted
 
 
 class ForwarderConfig(Section):
@@ -86,9 +95,9 @@ class ForwarderConfig(Section):
     sink: SinkConfig
     checkpoint: CheckpointConfig
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
-    transform: Optional[TransformSpec] = None  # "module:function" applied to each micro-batch
+    transform: TransformSpec | None = None  # "module:function" applied to each micro-batch
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    embedded: Optional[EmbeddedConfig] = None  # set exactly when kafka.embedded
+    embedded: EmbeddedConfig | None = None  # set exactly when kafka.embedded
 
     @model_validator(mode="before")
     @classmethod

@@ -6,14 +6,22 @@ Each security setting carries its Spark `kafka.*` option name (`serialization_al
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from synclib.kafka.client_config import KafkaConfigError, is_secret, kafka_client_config
 from synclib.settings.model import Invalid, Section, SettingError, describe
 from synclib.settings.values import (
-    EMBEDDED, Boolean, BootstrapServers, FilePath, Protocol, SaslMechanism, SecretString, String, choices, spark_value,
+    EMBEDDED,
+    Boolean,
+    BootstrapServers,
+    FilePath,
+    ProtocolChoice,
+    SaslMechanismChoice,
+    SecretString,
+    String,
+    spark_value,
 )
 
 _SASL_SETTINGS = ("sasl_mechanism", "username", "password")
@@ -34,14 +42,14 @@ _OWNED_CLIENT_KEYS = {
 class SecurityConfig(Section):
     """`kafka.security`: protocol, SASL credentials and SSL files (relative paths resolved at load)."""
 
-    protocol: Annotated[Protocol, choices(Protocol)] = Field("PLAINTEXT", serialization_alias="kafka.security.protocol")
-    sasl_mechanism: Optional[Annotated[SaslMechanism, choices(SaslMechanism)]] = Field(None, serialization_alias="kafka.sasl.mechanism")
-    username: Optional[String] = Field(None, serialization_alias="kafka.sasl.username")
-    password: Optional[SecretString] = Field(None, serialization_alias="kafka.sasl.password")
-    ssl_cafile: Optional[FilePath] = Field(None, serialization_alias="kafka.ssl.ca.location")
-    ssl_certfile: Optional[FilePath] = Field(None, serialization_alias="kafka.ssl.certificate.location")
-    ssl_keyfile: Optional[FilePath] = Field(None, serialization_alias="kafka.ssl.key.location")
-    ssl_password: Optional[SecretString] = Field(None, serialization_alias="kafka.ssl.key.password")
+    protocol: ProtocolChoice = Field("PLAINTEXT", serialization_alias="kafka.security.protocol")
+    sasl_mechanism: SaslMechanismChoice | None = Field(None, serialization_alias="kafka.sasl.mechanism")
+    username: String | None = Field(None, serialization_alias="kafka.sasl.username")
+    password: SecretString | None = Field(None, serialization_alias="kafka.sasl.password")
+    ssl_cafile: FilePath | None = Field(None, serialization_alias="kafka.ssl.ca.location")
+    ssl_certfile: FilePath | None = Field(None, serialization_alias="kafka.ssl.certificate.location")
+    ssl_keyfile: FilePath | None = Field(None, serialization_alias="kafka.ssl.key.location")
+    ssl_password: SecretString | None = Field(None, serialization_alias="kafka.ssl.key.password")
     # False is Spark's kafka.ssl.endpoint.identification.algorithm="" (see client_options).
     ssl_check_hostname: Boolean = True
 

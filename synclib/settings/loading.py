@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -28,7 +29,7 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the file and the dotted key."""
 
 
-def load_config(path: Union[str, os.PathLike[str]], overrides: Sequence[str] = ()) -> ForwarderConfig:
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> ForwarderConfig:
     """Read, expand, override and validate the YAML at `path`; raise `ConfigError` if invalid."""
     file = os.fspath(path)
     tree = _expand(_read_yaml(file), "", file)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import difflib
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -93,7 +94,7 @@ def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tu
     return path, f"{first['msg']}, got {value}"
 
 
-def nested(root: type[BaseModel], path: Path) -> Union[type[BaseModel], type[dict[Any, Any]], None]:
+def nested(root: type[BaseModel], path: Path) -> type[BaseModel] | type[dict[Any, Any]] | None:
     """What `path` holds below `root`: a section's model, `dict` (free-form mapping) or None (a value)."""
     current: Any = root
     for name in path:
@@ -114,7 +115,7 @@ def suggestion(path: Path, known: list[str]) -> str:
     candidates = sorted(known)
     match = difflib.get_close_matches(path[-1], candidates, n=1)
     if match:
-        return f" (did you mean {'.'.join(path[:-1] + (match[0],))!r}?)"
+        return f" (did you mean {'.'.join((*path[:-1], match[0]))!r}?)"
     return f" (known keys: {', '.join(candidates)})"
 
 
@@ -130,7 +131,7 @@ def describe(value: Any, secret: bool = False) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _section_type(annotation: Any) -> Optional[type[Any]]:
+def _section_type(annotation: Any) -> type[Any] | None:
     for candidate in (annotation, *_union_members(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate

@@ -13,7 +13,8 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-from typing import Annotated, Any, Mapping, Optional, Union, get_args
+from collections.abc import Mapping
+from typing import Any, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -22,8 +23,21 @@ from synclib.kafka.subscription import Subscription
 from synclib.offsets import PartitionOffsets, parse_offsets_json
 from synclib.settings.model import Naming, Path, Section, SettingError, explain
 from synclib.settings.values import (
-    SPARK, Assignment, Boolean, GroupList, OffsetReset, PositiveDuration, PositiveInt, Regex, RemoteOffsets,
-    StartingMode, StartingOffsets, String, Topic, TopicList, choices, spark_value,
+    SPARK,
+    Assignment,
+    Boolean,
+    GroupList,
+    OffsetResetChoice,
+    PositiveDuration,
+    PositiveInt,
+    Regex,
+    RemoteOffsetsChoice,
+    StartingMode,
+    StartingOffsets,
+    String,
+    Topic,
+    TopicList,
+    spark_value,
 )
 
 logger = logging.getLogger(__name__)
@@ -40,17 +54,17 @@ class SourceOptionError(ValueError):
 class SourceConfig(Section):
     """What the source reads and how it follows the leader (YAML `source:`; Spark option aliases)."""
 
-    subscribe: Optional[TopicList] = Field(None, serialization_alias="subscribe")
-    subscribe_pattern: Optional[Regex] = Field(None, serialization_alias="subscribePattern")
-    assign: Optional[Assignment] = Field(None, serialization_alias="assign")
+    subscribe: TopicList | None = Field(None, serialization_alias="subscribe")
+    subscribe_pattern: Regex | None = Field(None, serialization_alias="subscribePattern")
+    assign: Assignment | None = Field(None, serialization_alias="assign")
     # The leader's commit-log topic; required when remote_offsets is commit_log.
-    commit_log_topic: Optional[Topic] = Field(None, serialization_alias="commitLogTopic")
+    commit_log_topic: Topic | None = Field(None, serialization_alias="commitLogTopic")
     commit_groups: GroupList = Field(serialization_alias="synchronizeCommitGroups")
-    consumer_group: Optional[String] = Field(None, serialization_alias="consumerGroup")
+    consumer_group: String | None = Field(None, serialization_alias="consumerGroup")
     starting_offsets: StartingOffsets = Field("earliest", serialization_alias="startingOffsets")
-    initial_offset_reset: Annotated[OffsetReset, choices(OffsetReset)] = Field(
+    initial_offset_reset: OffsetResetChoice = Field(
         "earliest", serialization_alias="initialOffsetReset")
-    max_offsets_per_trigger: Optional[PositiveInt] = Field(None, serialization_alias="maxOffsetsPerTrigger")
+    max_offsets_per_trigger: PositiveInt | None = Field(None, serialization_alias="maxOffsetsPerTrigger")
     fail_on_data_loss: Boolean = Field(True, serialization_alias="failOnDataLoss")
     include_headers: Boolean = Field(False, serialization_alias="includeHeaders")
     # A partition whose leader commits nothing this long while data waits is flagged stale.
@@ -62,8 +76,8 @@ class SourceConfig(Section):
     # A read task may make no progress this long.
     read_stall_timeout: PositiveDuration = Field(DEFAULT_DEADLINE_S, serialization_alias="readStallTimeout")
     commit_to_consumer_group: Boolean = Field(False, serialization_alias="commitToConsumerGroup")
-    publish_commit_log: Optional[Topic] = Field(None, serialization_alias="publishCommitLog")
-    remote_offsets: Annotated[RemoteOffsets, choices(RemoteOffsets)] = Field(
+    publish_commit_log: Topic | None = Field(None, serialization_alias="publishCommitLog")
+    remote_offsets: RemoteOffsetsChoice = Field(
         "commit_log", serialization_alias="remoteOffsets")
 
     @model_validator(mode="after")
@@ -106,7 +120,7 @@ class SourceConfig(Section):
         return Subscription(assignment=tuple(sorted((t, p) for t, ps in assigned.items() for p in ps)))
 
     @property
-    def starting(self) -> Union[StartingMode, PartitionOffsets]:
+    def starting(self) -> StartingMode | PartitionOffsets:
         """`startingOffsets` as a mode or as offsets per partition."""
         mode = _STARTING_MODES.get(self.starting_offsets)
         return mode if mode is not None else parse_offsets_json(json.loads(self.starting_offsets))
@@ -125,7 +139,7 @@ class SourceOptions(SourceConfig):
     # kafka-python keyword arguments from every `kafka.*` option (secrets included: not in repr).
     client_config: dict[str, Any] = Field(default_factory=dict, repr=False)
     # Where the planner writes its status JSON after every planning call (set by the job).
-    status_file: Optional[String] = Field(None, serialization_alias="statusFile")
+    status_file: String | None = Field(None, serialization_alias="statusFile")
     poll_timeout_ms: PositiveInt = Field(512, serialization_alias="pollTimeoutMs")
     # How often remoteOffsets=group polls the leader groups.
     remote_poll_interval: PositiveDuration = Field(1.0, serialization_alias="remotePollInterval")

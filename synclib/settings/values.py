@@ -248,6 +248,12 @@ Regex = Annotated[str, BeforeValidator(_regex)]
 TransformSpec = Annotated[str, BeforeValidator(_transform)]
 Assignment = Annotated[str, BeforeValidator(_assign)]  # compact JSON {"topic": [partitions]}
 StartingOffsets = Annotated[str, BeforeValidator(_starting_offsets)]  # a StartingMode or compact offsets JSON
+ProtocolChoice = Annotated[Protocol, choices(Protocol)]
+SaslMechanismChoice = Annotated[SaslMechanism, choices(SaslMechanism)]
+OffsetResetChoice = Annotated[OffsetReset, choices(OffsetReset)]
+RemoteOffsetsChoice = Annotated[RemoteOffsets, choices(RemoteOffsets)]
+EngineChoice = Annotated[Engine, choices(Engine)]
+LogLevelChoice = Annotated[LogLevel, choices(LogLevel)]
 
 
 def spark_value(value: Any) -> str:

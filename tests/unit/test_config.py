@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.settings import (
-    ConfigError, EmbeddedConfig, ForwarderConfig, LoggingConfig, SinkConfig, SourceConfig, TriggerConfig,
-    load_config, parse_duration,
-)
 from synclib.kafka.client_config import kafka_client_config
+from synclib.settings import (
+    ConfigError,
+    EmbeddedConfig,
+    ForwarderConfig,
+    LoggingConfig,
+    SinkConfig,
+    SourceConfig,
+    TriggerConfig,
+    load_config,
+    parse_duration,
+)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SECRET = "hunter2-s3cr3t"
