@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import pyarrow as pa
 from deltalake import CommitProperties, Schema, Transaction
@@ -53,12 +53,13 @@ from synclib.delta.table import (  # noqa: F401
     read_table_offsets,
     table_summary,
 )
+from synclib.settings.values import Engine
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "synclib_delta"
 AUTO, DELTA_RS, DELTA_SPARK = "auto", "delta-rs", "delta-spark"
-ENGINES = (AUTO, DELTA_RS, DELTA_SPARK)
+ENGINES: tuple[str, ...] = get_args(Engine)  # sink.engine
 
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
 
