@@ -3,6 +3,7 @@
 #   ./spark-submit.sh [spark-submit options] [forwarder options]     the forwarder (default --config conf/local.yaml)
 #   ./spark-submit.sh [spark-submit options] JOB.py [job options]    another job, e.g. jobs/benchmark.py
 #   ./spark-submit.sh status --config FILE [--json]                  per-partition status, no Spark
+#   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
 # Forwarder options (--config, --set, --available-now) may come before or after the
@@ -68,8 +69,8 @@ cd "$ROOT"
 case "${1:-}" in
   test)
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
-  status)
-    shift; exec "$VENV/bin/python" -m synclib status "$@" ;;
+  status|maintain)
+    exec "$VENV/bin/python" -m synclib "$@" ;;
   lint)
     "$VENV/bin/ruff" check . && exec "$VENV/bin/mypy" ;;
 esac

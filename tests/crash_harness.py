@@ -16,6 +16,9 @@ Windows, from the frozen files (`N` the last batch in `offsets/`):
 - `reading`: batch N planned, not in Delta: tasks reading Kafka and writing Parquet.
 - `delta-committed`: batch N committed to Delta, `commits/N` not written yet: the
   dangerous one, the restarted job replays batch N and the sink must skip it.
+- `maintenance`: the job's table maintenance has written a compacted file that no Delta
+  commit adds yet: compaction is between rewriting small files and committing the swap
+  (the job runs maintenance every second on files older than half a second).
 
 The job is restarted after every kill. At each kill the table must hold nothing at or
 beyond the leader's commit at that moment (the leader's commits only grow; it lags the
@@ -29,6 +32,7 @@ leader's final commit exactly once, and no batch may be in two Delta commits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -40,17 +44,19 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import yaml
 from deltalake import DeltaTable
 
 from synclib.delta import checkpoint
+from synclib.delta.maintenance import COMPACTED_PREFIX
+from synclib.delta.table import read_table_offsets
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.world import EventProducer, SimulatedLeader
-from synclib.delta.table import read_table_offsets
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,8 +65,8 @@ SPARK_SUBMIT = PYTHON.parent / "spark-submit"
 FORWARDER = ROOT / "jobs" / "forwarder.py"
 SPARK_CONF = ("spark.ui.enabled=false", "spark.sql.shuffle.partitions=2")
 
-PLANNING, READING, DELTA_COMMITTED = "planning", "reading", "delta-committed"
-WINDOWS = (PLANNING, READING, DELTA_COMMITTED)
+PLANNING, READING, DELTA_COMMITTED, MAINTENANCE = "planning", "reading", "delta-committed", "maintenance"
+WINDOWS = (PLANNING, READING, DELTA_COMMITTED, MAINTENANCE)
 JOB_START_TIMEOUT_S = 180.0
 WINDOW_TIMEOUT_S = 120.0
 FINAL_RUN_TIMEOUT_S = 300.0
@@ -97,7 +103,7 @@ def _session_pids(sid: int) -> set[int]:
     return pids
 
 
-def _process_state(pid: int) -> Optional[bytes]:
+def _process_state(pid: int) -> bytes | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
@@ -107,13 +113,11 @@ def _process_state(pid: int) -> Optional[bytes]:
 
 def _signal(pids: Sequence[int], signum: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, job: Optional["JobRun"] = None,
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, job: JobRun | None = None,
              interval_s: float = 0.05) -> Any:
     """`wait_until`, failing at once (with the job's last output) if `job` exits meanwhile."""
     def check() -> Any:
@@ -127,7 +131,7 @@ class JobRun:
     """One `spark-submit jobs/forwarder.py` process session, output in `<log_dir>/<name>.*`."""
 
     def __init__(self, config: Path, log_dir: Path, name: str, args: Sequence[str] = (),
-                 env: Optional[Mapping[str, str]] = None) -> None:
+                 env: Mapping[str, str] | None = None) -> None:
         self.stdout_path = log_dir / f"{name}.stdout"
         self.stderr_path = log_dir / f"{name}.stderr"
         scratch = log_dir / "tmp"  # Spark's and Python's temporary files, left behind by kills
@@ -145,7 +149,16 @@ class JobRun:
         self._frozen: set[int] = set()
 
     @property
-    def returncode(self) -> Optional[int]:
+    def pid(self) -> int:
+        """The session leader: the spark-submit JVM."""
+        return self._process.pid
+
+    def pids(self) -> set[int]:
+        """The live processes of the job's session."""
+        return _session_pids(self._process.pid)
+
+    @property
+    def returncode(self) -> int | None:
         return self._process.poll()
 
     def wait(self, timeout_s: float) -> int:
@@ -194,7 +207,7 @@ def _kill_all(sid: int) -> set[int]:
 
 # --- what the checkpoint and the table say ------------------------------------------------
 
-def _last_batch(directory: Path) -> Optional[int]:
+def _last_batch(directory: Path) -> int | None:
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -221,14 +234,18 @@ def delta_batches(table: Path) -> list[tuple[str, int]]:
 
 @dataclass(frozen=True)
 class BatchState:
-    """The last batch planned (`offsets/`), checkpointed (`commits/`) and in Delta."""
+    """The last batch planned (`offsets/`), checkpointed (`commits/`) and in Delta, and whether
+    a compacted file awaits its maintenance commit."""
 
-    planned: Optional[int]
-    checkpointed: Optional[int]
-    in_delta: Optional[int]
+    planned: int | None
+    checkpointed: int | None
+    in_delta: int | None
+    compacting: bool = False
 
     @property
-    def window(self) -> Optional[str]:
+    def window(self) -> str | None:
+        if self.compacting:
+            return MAINTENANCE
         if self.planned is None:
             return None
         if self.planned == self.checkpointed:
@@ -242,8 +259,11 @@ class JobFiles:
     def __init__(self, checkpoint: Path, table: Path) -> None:
         self.checkpoint = checkpoint
         self.table = table
-        self._delta_file: Optional[str] = None
-        self._delta_batch: Optional[int] = None
+        self._delta_file: str | None = None
+        self._delta_batch: int | None = None
+        self._compacted: set[str] = set()  # compacted files that Delta commits added
+        self._scanned: set[str] = set()  # commit files read for them
+        self._orphans: set[str] = set()  # compacted files of killed maintenance passes, never committed
 
     def planned_ends(self, topic: str) -> dict[int, int]:
         """The end offsets of `topic` that Spark logged for the newest batch (`offsets/N`)."""
@@ -254,19 +274,49 @@ class JobFiles:
     def state(self) -> BatchState:
         planned = _last_batch(self.checkpoint / "offsets")
         checkpointed = _last_batch(self.checkpoint / "commits")
-        return BatchState(planned, checkpointed, self._last_delta_batch() if planned != checkpointed else None)
+        return BatchState(planned, checkpointed, self._last_delta_batch() if planned != checkpointed else None,
+                          bool(self.pending_compacted()))
 
-    def _last_delta_batch(self) -> Optional[int]:
-        log = self.table / "_delta_log"
+    def _commit_files(self) -> list[str]:
         try:
-            newest = max((n for n in os.listdir(log) if _DELTA_COMMIT_FILE.fullmatch(n)), default=None)
+            return sorted(n for n in os.listdir(self.table / "_delta_log") if _DELTA_COMMIT_FILE.fullmatch(n))
         except FileNotFoundError:
-            return None
+            return []
+
+    def _last_delta_batch(self) -> int | None:
+        """The transaction version of the newest Delta commit carrying one (maintenance commits carry none)."""
+        names = self._commit_files()
+        newest = names[-1] if names else None
         if newest is not None and newest != self._delta_file:
-            versions = [json.loads(line)["txn"]["version"] for line in (log / newest).read_text().splitlines()
-                        if '"txn"' in line]
-            self._delta_file, self._delta_batch = newest, (versions[0] if versions else None)
+            self._delta_file, self._delta_batch = newest, None
+            for name in reversed(names):
+                versions = [json.loads(line)["txn"]["version"]
+                            for line in (self.table / "_delta_log" / name).read_text().splitlines() if '"txn"' in line]
+                if versions:
+                    self._delta_batch = versions[0]
+                    break
         return self._delta_batch
+
+    def pending_compacted(self) -> set[str]:
+        """Compacted files in the table directory that no Delta commit adds (yet), orphans left out."""
+        try:
+            written = {n for n in os.listdir(self.table) if n.startswith(COMPACTED_PREFIX)} - self._orphans
+        except FileNotFoundError:
+            return set()
+        if written <= self._compacted:
+            return set()
+        for name in self._commit_files():
+            if name not in self._scanned:
+                self._scanned.add(name)
+                for line in (self.table / "_delta_log" / name).read_text().splitlines():
+                    add = json.loads(line).get("add") if COMPACTED_PREFIX in line else None
+                    if add is not None:
+                        self._compacted.add(add["path"])
+        return written - self._compacted
+
+    def orphan_pending(self) -> None:
+        """After a kill: the pending compacted files will never be committed (vacuum leaves them)."""
+        self._orphans |= self.pending_compacted()
 
 
 def table_rows(table: Path) -> Counter[Row]:
@@ -274,7 +324,7 @@ def table_rows(table: Path) -> Counter[Row]:
     if not DeltaTable.is_deltatable(str(table)):
         return Counter()
     rows = DeltaTable(str(table)).to_pyarrow_table(columns=["partition", "offset"]).to_pydict()
-    return Counter(zip(rows["partition"], rows["offset"]))
+    return Counter(zip(rows["partition"], rows["offset"], strict=True))
 
 
 @dataclass(frozen=True)
@@ -321,17 +371,19 @@ def verify_table(table: Path, topic: str, committed: Mapping[int, int]) -> Verdi
 class KafkaWorld:
     """An events topic with a live producer and a leader group publishing its commit log."""
 
-    partitions = 2
     group = LEADER_GROUP
 
-    def __init__(self, bootstrap: Optional[str] = None) -> None:
-        """On the broker at `bootstrap`, or on an `EmbeddedBroker` of its own."""
+    def __init__(self, bootstrap: str | None = None, rate: float = 150, event_bytes: int = 256,
+                 partitions: int = 2) -> None:
+        """On the broker at `bootstrap`, or on an `EmbeddedBroker` of its own; the producer
+        writes `rate` events/s of `event_bytes` each."""
         self.broker = None if bootstrap else EmbeddedBroker()
         self._bootstrap = bootstrap
+        self.rate, self.event_bytes, self.partitions = rate, event_bytes, partitions
         suffix = uuid.uuid4().hex[:8]
         self.events, self.commit_log = f"events-{suffix}", f"commit-log-{suffix}"
-        self.producer: Optional[EventProducer] = None
-        self.leader: Optional[SimulatedLeader] = None
+        self.producer: EventProducer | None = None
+        self.leader: SimulatedLeader | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -340,7 +392,7 @@ class KafkaWorld:
         assert self._bootstrap is not None
         return self._bootstrap
 
-    def start(self) -> "KafkaWorld":
+    def start(self) -> KafkaWorld:
         if self.broker is not None:
             self.broker.start()
         admin = TopicAdmin(self.bootstrap)
@@ -350,7 +402,7 @@ class KafkaWorld:
         finally:
             admin.close()
         client = {"bootstrap_servers": [self.bootstrap]}
-        self.producer = EventProducer(self.events, client, rate=150, event_bytes=256).start()
+        self.producer = EventProducer(self.events, client, rate=self.rate, event_bytes=self.event_bytes).start()
         self.leader = SimulatedLeader(self.events, self.commit_log, client, group=self.group,
                                       lag=LEADER_LAG_S, commit_interval=0.5).start()
         return self
@@ -379,7 +431,7 @@ class KafkaWorld:
         if self.broker is not None:
             self.broker.stop()
 
-    def __enter__(self) -> "KafkaWorld":
+    def __enter__(self) -> KafkaWorld:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -393,7 +445,8 @@ def job_config(bootstrap: str, events: str, commit_log: str, directory: Path, gr
         "kafka": {"bootstrap_servers": bootstrap},
         "source": {"subscribe": events, "commit_log_topic": commit_log, "commit_groups": [group],
                    "starting_offsets": "earliest"},
-        "sink": {"path": str(directory / "table"), "engine": "delta-rs", "partition_by_date": False},
+        "sink": {"path": str(directory / "table"), "engine": "delta-rs", "partition_by_date": False,
+                 "maintenance": {"interval": "1s", "min_age": "500ms", "vacuum_retention": "0s"}},
         "checkpoint": {"location": str(directory / "checkpoint")},
         "trigger": {"processing_time": "200ms"},
         "logging": {"level": "INFO", "progress": True, "progress_interval": "500ms"},
@@ -417,7 +470,7 @@ class Tally:
     replays: int = 0  # delta-committed kills whose batch the next run re-ran and checkpointed
     at_kills: list[Verdict] = field(default_factory=list)
     planned_beyond: int = 0  # offsets of the newest planned batch beyond the leader's commit, at the kills
-    final: Optional[Verdict] = None
+    final: Verdict | None = None
     final_committed: dict[int, int] = field(default_factory=dict)
     batches_committed_twice: int = 0
     runs: int = 0
@@ -453,25 +506,41 @@ class Tally:
 
 
 class CrashHarness:
-    """Kill the forwarder `kills` times, cycling through `WINDOWS`, then verify the table."""
+    """Kill the forwarder `kills` times, cycling through `WINDOWS`, then verify the table.
 
-    def __init__(self, world: KafkaWorld, directory: Path, seed: Optional[int] = None,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+    The steps are public for longer scenarios (`benchmarks.soak`): `start` a run,
+    `kill_in` a window (or anywhere), `finish`. `sections` are merged into the job's config.
+    """
+
+    def __init__(self, world: KafkaWorld, directory: Path, seed: int | None = None,
+                 log: Callable[[str], None] = lambda line: None, **sections: Any) -> None:
         self.world = world
         self.directory = directory
         self.rng = random.Random(seed)
         self.log = log
-        self.config = write_config(directory / "forwarder.yaml", world.config(directory))
+        self.config = write_config(directory / "forwarder.yaml", world.config(directory, **sections))
         self.files = JobFiles(directory / "checkpoint", directory / "table")
         self.tally = Tally()
-        self._replay: Optional[int] = None  # the batch of the last delta-committed kill
-        self._job: Optional[JobRun] = None
+        self._replay: int | None = None  # the batch of the last delta-committed kill
+        self._job: JobRun | None = None
 
     def run(self, kills: int) -> Tally:
         started = time.monotonic()
         try:
             for number in range(kills):
                 self._kill_once(WINDOWS[number % len(WINDOWS)], number)
+        except BaseException:
+            self.stop_job()
+            raise
+        return self.finish(started)
+
+    def stop_job(self) -> None:
+        if self._job is not None and self._job.returncode is None:
+            self._job.kill()
+
+    def finish(self, started: float) -> Tally:
+        """Stop the producer, forward the rest with one --available-now run, verify the table."""
+        try:
             produced = self.world.finish_producing()
             self.log(f"producer stopped at {produced}; final --available-now run")
             final = self._start("final", ["--available-now"])
@@ -479,8 +548,7 @@ class CrashHarness:
             if code != 0:
                 raise HarnessError(f"the final --available-now run exited {code}\n{final.tail()}")
         finally:
-            if self._job is not None and self._job.returncode is None:
-                self._job.kill()
+            self.stop_job()
         self._check_replay()
         self.tally.final_committed = self.world.committed()
         self.tally.final = verify_table(self.files.table, self.world.events, self.tally.final_committed)
@@ -494,33 +562,43 @@ class CrashHarness:
         self._job = JobRun(self.config, self.directory, name, args)
         return self._job
 
-    def _kill_once(self, target: str, number: int) -> None:
-        job = self._start(f"run-{number:02d}")
+    def start(self, name: str) -> JobRun:
+        """Start a run and return once it has checkpointed a batch (the replay of the one killed
+        last, if any)."""
+        job = self._start(name)
         before = self.files.state()
-        # Running: a batch checkpointed by this run (the replay of the one killed last, if any).
         wait_for(lambda: _later(self.files.state().checkpointed, before.checkpointed), JOB_START_TIMEOUT_S,
                  "the restarted job to checkpoint a batch", job)
         self._check_replay()
+        return job
+
+    def _kill_once(self, target: str, number: int) -> None:
+        self.kill_in(self.start(f"run-{number:02d}"), target, number)
+
+    def kill_in(self, job: JobRun, target: str | None, number: int) -> None:
+        """SIGKILL `job` in window `target` (None: at once, whatever it is doing) and check the table."""
         deadline = time.monotonic() + WINDOW_TIMEOUT_S
         while True:
-            self._approach(target, job, deadline)
+            if target is not None:
+                self._approach(target, job, deadline)
             job.freeze()
             state = self.files.state()
-            if state.window == target:
+            if target is None or state.window == target:
                 break
             job.thaw()
             self.tally.missed[target] += 1
         committed = self.world.committed()  # the leader's commits only grow: taken after the freeze
         job.kill()
-        if target == DELTA_COMMITTED:
+        self.files.orphan_pending()
+        if state.window == DELTA_COMMITTED:
             self._replay = state.planned
         verdict = verify_table(self.files.table, self.world.events, committed)
         planned_beyond = sum(max(0, end - committed.get(p, 0))
                              for p, end in self.files.planned_ends(self.world.events).items())
-        self.tally.kills[target] += 1
+        self.tally.kills[state.window or PLANNING] += 1
         self.tally.at_kills.append(verdict)
         self.tally.planned_beyond += planned_beyond
-        self.log(f"kill {number + 1}: {target} (batch {state.planned}, checkpointed "
+        self.log(f"kill {number + 1}: {state.window} (batch {state.planned}, checkpointed "
                  f"{state.checkpointed}, in Delta {state.in_delta}); table {verdict.rows} rows, "
                  f"{'OK' if verdict.ok else f'WRONG: {verdict}'}; planned {planned_beyond} beyond the leader")
 
@@ -533,7 +611,7 @@ class CrashHarness:
     def _approach(self, target: str, job: JobRun, deadline: float) -> None:
         """Return at a moment that should be in `target`: at once for delta-committed, after a
         random delay into the window for the others."""
-        interval = 0.001 if target == DELTA_COMMITTED else 0.005
+        interval = 0.001 if target in (DELTA_COMMITTED, MAINTENANCE) else 0.005
         wait_for(lambda: self.files.state().window == target, max(0.0, deadline - time.monotonic()),
                  f"a {target} window", job, interval)
         if target == READING:
@@ -542,11 +620,11 @@ class CrashHarness:
             time.sleep(self.rng.uniform(0.0, 0.05))
 
 
-def _later(batch: Optional[int], than: Optional[int]) -> bool:
+def _later(batch: int | None, than: int | None) -> bool:
     return batch is not None and (than is None or batch > than)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.crash_harness", description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None)

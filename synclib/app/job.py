@@ -9,6 +9,7 @@ the job at once (the interrupted batch is replayed, exactly once, on restart).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -200,6 +201,7 @@ class Forwarder:
             if stop.event.is_set():
                 return self._finish(status_path, f"{stop.reason} before the query started")
             query = self._start(spark, bootstrap, status_path)
+            resources.enter_context(self._maintenance(spark))
             return self._watch(query, stop, run_for, status_path)
 
     def _session(self) -> Any:
@@ -248,7 +250,23 @@ class Forwarder:
             trigger={"availableNow": True} if trigger.available_now
             else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
             query_name="synclib_forwarder",
+            log_checkpoints=not self.config.sink.maintenance.enabled,
         )
+
+    def _maintenance(self, spark: Any) -> Any:
+        """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled),
+        each pass reported in the progress output and the log."""
+        from synclib.delta import maintenance
+        from synclib.delta.writer import DELTA_SPARK, resolve_engine
+
+        options, path = self.config.sink.maintenance, self.config.sink.path
+        if not options.enabled:
+            return contextlib.nullcontext()
+        on_pass = [lambda report: print(report.summary(), flush=True)] if self.config.logging.progress else []
+        spark_pass = None
+        if resolve_engine(spark, self.config.sink.engine) == DELTA_SPARK:
+            spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
+        return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
 
     def _watch(self, query: Any, stop: StopRequest, run_for: Optional[float], status_path: str) -> int:
         from pyspark.errors import StreamingQueryException

@@ -10,15 +10,17 @@ its table healthy with delta-rs (no Spark):
   column below today, UTC) every small file is compacted;
 - vacuum of the files compaction removed, once older than `vacuum_retention` (tombstones
   only: files of a batch still being written are never touched);
-- a log checkpoint every `checkpoint_interval` versions, then expired-log cleanup (the
-  table's `delta.logRetentionDuration`, 30 days by default).
+- a log checkpoint every `checkpoint_interval` versions, and expired-log cleanup: log
+  entries older than `log_retention` below the newest checkpoint are deleted (every
+  update of a table lists its log on local and HDFS storage: a long log makes every batch
+  commit slower, about 5 us per log entry here).
 
 Exactly once is unaffected: batch commits are blind appends, which delta-rs retries past a
 compaction commit (and a compaction past a batch commit), so neither is lost; compaction
 keeps every row and the application transactions live in the table state (kept by
 checkpoints). The offsets resume-from-table reads are the newest synclib commit's
 metadata (`synclib.delta.table.latest_synclib_commit`): maintenance commits carry none and are
-passed over, and log cleanup is skipped while it could remove that commit's log entry.
+passed over, and log cleanup never removes that commit's log entry.
 
 The settings are `sink.maintenance` (`MaintenanceConfig`). `MaintenanceThread` runs passes
 in the forwarder's driver on a low-priority thread of its own, each pass under a time
@@ -35,7 +37,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +56,9 @@ logger = logging.getLogger(__name__)
 
 META_MAINTENANCE = "synclib.maintenance"
 COMPACTED_PREFIX = "compacted"  # file name prefix of compaction's output
-DEFAULT_LOG_RETENTION_S = 30 * 86_400.0  # Delta's default delta.logRetentionDuration
-_CLEANUP_MARGIN_S = 3600.0  # log cleanup is skipped this long before it could reach the newest synclib commit
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
-_INTERVAL = re.compile(r"interval\s+(\d+)\s+(nanosecond|microsecond|millisecond|second|minute|hour|day|week)s?",
-                       re.IGNORECASE)
-_UNIT_S = {"nanosecond": 1e-9, "microsecond": 1e-6, "millisecond": 1e-3, "second": 1.0, "minute": 60.0,
-           "hour": 3600.0, "day": 86_400.0, "week": 604_800.0}
+_VACUUM_CHECK_LIMIT = 10_000  # vacuum candidates looked up one by one (more: vacuum runs anyway)
+_LOG_ENTRY = re.compile(r"([0-9]{20})\.(json|crc|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)")
 
 
 @dataclass
@@ -75,7 +73,7 @@ class PassReport:
     deferred_files: int = 0  # small files left for a later pass (too young, or out of time)
     vacuumed_files: int = 0
     checkpoint: int | None = None  # version of the log checkpoint written
-    logs_cleaned: bool = False
+    log_entries_removed: int = 0
     live_files: int = 0
     notes: list[str] = field(default_factory=list)  # conflicts, skipped steps
 
@@ -88,8 +86,9 @@ class PassReport:
             parts.append(f"{self.deferred_files} small files left for later")
         parts.append(f"vacuumed {self.vacuumed_files}")
         if self.checkpoint is not None:
-            cleaned = ", old log cleaned" if self.logs_cleaned else ""
-            parts.append(f"checkpoint at version {self.checkpoint}{cleaned}")
+            parts.append(f"checkpoint at version {self.checkpoint}")
+        if self.log_entries_removed:
+            parts.append(f"{self.log_entries_removed} expired log entries removed")
         parts += self.notes
         return (f"maintenance: {'; '.join(parts)}; {self.live_files} live files, version {self.version} "
                 f"({self.seconds:.1f}s)")
@@ -112,7 +111,9 @@ def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) ->
     now = time.time() if now is None else now
     _compact(table, options, now, started, report)
     _vacuum(table, options, report)
-    _checkpoint(table, options, now, report)
+    _checkpoint(table, options, report)
+    if options.log_cleanup:
+        _cleanup_log(table, options, now, report)
     report.version = table.version()
     report.live_files = len(table.file_uris())
     report.seconds = time.monotonic() - started
@@ -134,7 +135,7 @@ def _plan(table: DeltaTable, options: MaintenanceConfig, now: float) -> tuple[li
     for add in adds:
         if add["size_bytes"] >= options.target_file_size:
             continue
-        values = tuple(add[f"partition.{c}"] for c in columns)
+        values = tuple(parquet.partition_value(add[f"partition.{c}"]) for c in columns)
         closed = DATE_COLUMN in columns and (values[columns.index(DATE_COLUMN)] or today) < today
         if not closed and add["modification_time"] > young_after_ms:
             deferred += 1
@@ -214,12 +215,22 @@ def _compact(table: DeltaTable, options: MaintenanceConfig, now: float, started:
 # --- vacuum, checkpoints, log cleanup ---------------------------------------------------------
 
 def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -> None:
+    """Delete the files removed longer than `vacuum_retention` ago (delta-rs counts whole hours,
+    rounded up here). Their tombstones stay in the table state for the table's
+    `delta.deletedFileRetentionDuration` (7 days), so vacuum runs (and adds its two commits)
+    only while one of them still exists."""
     hours = math.ceil(options.vacuum_retention / 3600)
-    deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
-                           post_commithook_properties=_NO_HOOKS)
-    report.vacuumed_files = len(deleted)
-    if deleted:
-        table.update_incremental()
+    candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+    if len(candidates) <= _VACUUM_CHECK_LIMIT:
+        filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
+        infos = filesystem.get_file_info([f"{root}/{path}" for path in candidates])
+        candidates = [info.path for info in infos if info.type != fs.FileType.NotFound]
+    if not candidates:
+        return
+    table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
+                 post_commithook_properties=_NO_HOOKS)
+    report.vacuumed_files = len(candidates)
+    table.update_incremental()
 
 
 def _last_checkpoint(table: DeltaTable) -> int | None:
@@ -231,38 +242,30 @@ def _last_checkpoint(table: DeltaTable) -> int | None:
         return None
 
 
-def log_retention(configuration: Mapping[str, str | None]) -> float:
-    """Seconds in the table's `delta.logRetentionDuration` (`interval 30 days`)."""
-    text = configuration.get("delta.logRetentionDuration")
-    if not text:
-        return DEFAULT_LOG_RETENTION_S
-    match = _INTERVAL.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"table property delta.logRetentionDuration={text!r} is not 'interval N unit'")
-    return int(match.group(1)) * _UNIT_S[match.group(2).lower()]
-
-
-def _checkpoint(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport) -> None:
+def _checkpoint(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -> None:
     last = _last_checkpoint(table)
-    if last is not None and table.version() - last < options.checkpoint_interval:
-        return
-    table.create_checkpoint()
-    report.checkpoint = last = table.version()
-    if not options.log_cleanup:
-        return
+    if last is None or table.version() - last >= options.checkpoint_interval:
+        table.create_checkpoint()
+        report.checkpoint = table.version()
+
+
+def _cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport) -> None:
+    """Delete the log entries older than `log_retention` of versions below both the newest
+    checkpoint (which replaces them) and the newest synclib commit (whose metadata holds the
+    offsets a resume from the table needs)."""
+    below = _last_checkpoint(table)
     newest = latest_synclib_commit(table)
-    # Cleanup removes the log entries below the checkpoint that are older than the retention;
-    # the newest synclib commit's must stay (its metadata holds the offsets to resume from).
-    if newest is not None and newest["version"] < last:
-        retention = log_retention(table.metadata().configuration)
-        if newest["timestamp"] / 1000 < now - retention + min(_CLEANUP_MARGIN_S, retention / 2):
-            report.notes.append(f"log cleanup skipped (it would remove synclib commit {newest['version']})")
-            logger.warning("maintenance of %s: log cleanup skipped: it would remove the newest synclib commit "
-                           "(version %d), whose offsets a resume from the table needs", table.table_uri,
-                           newest["version"])
-            return
-    table.cleanup_metadata()
-    report.logs_cleaned = True
+    if below is None:
+        return
+    if newest is not None:
+        below = min(below, int(newest["version"]))
+    filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
+    cutoff_ns = (now - options.log_retention) * 1e9
+    for info in filesystem.get_file_info(fs.FileSelector(f"{root}/_delta_log")):
+        match = _LOG_ENTRY.fullmatch(info.base_name)
+        if match and int(match.group(1)) < below and info.mtime_ns is not None and info.mtime_ns < cutoff_ns:
+            filesystem.delete_file(info.path)
+            report.log_entries_removed += 1
 
 
 # --- the forwarder's background thread and delta-spark ------------------------------------------

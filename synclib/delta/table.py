@@ -9,6 +9,7 @@ the status command can report it without starting Spark.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,11 @@ META_VERSION = "synclib.version"
 DATE_COLUMN = "date"  # the partition column `partition_by_date` adds (the UTC date of `timestamp`)
 
 _HISTORY_PAGES = (16, 256, None)  # commits read per step of the history walk (None: all)
-_open_tables: dict[str, DeltaTable] = {}
+# Tables kept open by `current_table`, with when each was last brought up to date (monotonic).
+_open_tables: dict[str, tuple[DeltaTable, float]] = {}
+# A table brought up to date this recently is known current when its next version's commit
+# file is absent (log cleanup, which could remove that file, only reaches far older versions).
+_TRUST_NEXT_VERSION_S = 60.0
 
 
 def open_table(path: str) -> DeltaTable | None:
@@ -36,22 +41,31 @@ def open_table(path: str) -> DeltaTable | None:
 
 
 def current_table(path: str) -> DeltaTable | None:
-    """The table at `path` at its newest version, kept open in this process: each call reads
-    only the commits added since the previous one (a table replaced under the same path, whose
-    cached version's commit file is gone, is opened afresh)."""
-    table = _open_tables.get(path)
-    if table is not None:
-        filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(path))
-        if filesystem.get_file_info(f"{root}/_delta_log/{table.version():020d}.json").type == fs.FileType.NotFound:
+    """The table at `path` at its newest version, kept open in this process.
+
+    A call reads only what changed since the previous one: nothing but two file lookups when
+    no other writer committed (the cached version's commit file, to notice a table replaced
+    under the same path, and the next version's), else the new commits. Listing the log, as
+    a reload or `update_incremental` does, costs time in proportion to the log's length.
+    """
+    uri = checkpoint.normalize_location(path)
+    cached = _open_tables.get(path)
+    table = None
+    if cached is not None:
+        table, updated = cached
+        filesystem, root = fs.FileSystem.from_uri(uri)
+        log = f"{root}/_delta_log"
+        if filesystem.get_file_info(f"{log}/{table.version():020d}.json").type == fs.FileType.NotFound:
             table = None
-        else:
+        elif (time.monotonic() - updated > _TRUST_NEXT_VERSION_S
+              or filesystem.get_file_info(f"{log}/{table.version() + 1:020d}.json").type != fs.FileType.NotFound):
             table.update_incremental()
     if table is None:
         table = open_table(path)
         if table is None:
             _open_tables.pop(path, None)
             return None
-        _open_tables[path] = table
+    _open_tables[path] = (table, time.monotonic())
     return table
 
 

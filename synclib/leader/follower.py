@@ -2,23 +2,25 @@
 
 Reads every partition of the commit-log topic from the earliest offset (no consumer
 group) and records each decoded commit in the `RemoteOffsetsTracker` store. A malformed
-message is logged, counted and skipped. A deleted commit-log topic kills the follower; a
-broker that does not answer (or a client call that hangs) past the deadline makes
-`check()` fail.
+message is logged, counted and skipped. A deleted commit-log topic kills the follower, also
+when the broker recreates it at once (Tansu does on the follower's next fetch, whatever
+`allow_auto_create_topics` says): the topic id changed. A broker that does not answer (or a
+client call that hangs) past the deadline makes `check()` fail.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from synclib.kafka import client_config as kafkaconf
-from synclib.leader.commitlog import Commit, CommitLogDecodeError, decode_commit
 from synclib.kafka.admin import describe_topics
+from synclib.leader.commitlog import Commit, CommitLogDecodeError, decode_commit
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
 
 logger = logging.getLogger(__name__)
@@ -41,8 +43,8 @@ class CommitLogFollower(RemoteOffsetsTracker):
         groups: Sequence[str],
         client_config: Mapping[str, Any],
         *,
-        listener: Optional[CommitListener] = None,
-        unreachable_timeout_s: Optional[float] = kafkaconf.DEFAULT_DEADLINE_S,
+        listener: CommitListener | None = None,
+        unreachable_timeout_s: float | None = kafkaconf.DEFAULT_DEADLINE_S,
         partition_refresh_s: float = 5.0,
         poll_timeout_ms: int = 100,
     ) -> None:
@@ -53,6 +55,7 @@ class CommitLogFollower(RemoteOffsetsTracker):
         # A refresh is what proves the broker answers: do it well within the deadline.
         self._partition_refresh_s = min(partition_refresh_s, (unreachable_timeout_s or 15.0) / 3)
         self._poll_timeout_ms = poll_timeout_ms
+        self._topic_id: str | None = None  # as first described; another one means deleted and recreated
 
     def _work(self) -> None:
         client_id = f"synclib-commit-log-follower-{self.topic}"
@@ -74,7 +77,7 @@ class CommitLogFollower(RemoteOffsetsTracker):
 
     def _follow(self, consumer: KafkaConsumer, admin: KafkaAdminClient) -> None:
         assigned: set[TopicPartition] = set()
-        targets: Optional[dict[TopicPartition, int]] = None
+        targets: dict[TopicPartition, int] | None = None
         last_refresh = float("-inf")
         while not self._stopping.is_set():
             if time.monotonic() - last_refresh >= self._partition_refresh_s:
@@ -89,9 +92,9 @@ class CommitLogFollower(RemoteOffsetsTracker):
                 self._beat()
                 if targets is None:
                     targets = ends
-            if targets is not None and not self._caught_up:
-                if all(consumer.position(tp) >= end for tp, end in targets.items()):
-                    self._mark_caught_up()
+            if (targets is not None and not self._caught_up
+                    and all(consumer.position(tp) >= end for tp, end in targets.items())):
+                self._mark_caught_up()
             if not assigned:
                 self._stopping.wait(min(0.2, self._partition_refresh_s))
                 continue
@@ -109,7 +112,11 @@ class CommitLogFollower(RemoteOffsetsTracker):
             if assigned:
                 raise RemoteOffsetsError(f"commit-log topic {self.topic!r} was deleted")
             return {}
-        _, partitions = described[self.topic]
+        topic_id, partitions = described[self.topic]
+        if topic_id is not None and self._topic_id not in (None, topic_id):
+            raise RemoteOffsetsError(f"commit-log topic {self.topic!r} was deleted (and recreated: its topic id "
+                                     f"{self._topic_id} is now {topic_id})")
+        self._topic_id = self._topic_id or topic_id
         new = {TopicPartition(self.topic, p) for p in partitions} - assigned
         if new:
             assigned |= new

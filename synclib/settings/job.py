@@ -36,6 +36,7 @@ class MaintenanceConfig(Section):
     checkpoint_interval: PositiveInt = 100  # versions between log checkpoints
     log_cleanup: Boolean = True
     log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
+    log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
 
     @property
     def target_file_size(self) -> int:

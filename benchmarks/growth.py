@@ -1,0 +1,223 @@
+"""Growth: per-batch commit time and full-table read time as a table ages, maintenance on and off.
+
+    python -m benchmarks.growth [--versions 20000] [--batches 40] [--workdir DIR] [--output FILE]
+    (or spark-submit jobs/benchmark.py --growth, which runs this instead of the Spark phases)
+
+For each mode a table is aged to 100 versions, measured, aged to `--versions`, measured:
+
+- aging: synthetic appends shaped like the forwarder's (one small Parquet file of
+  `--rows` events per version, an add action with statistics, the application transaction
+  and the `synclib.*` commit metadata), written straight into the Delta log (a version in
+  about a millisecond; delta-rs would need 10-70 ms each), dated one second apart up to now
+  as a 1 s trigger would have written them;
+- per-batch commit: `--batches` micro-batches through the forwarder's own delta-rs commit
+  (`DeltaStreamWriter.write` and `.commit`, reading a real Spark-style checkpoint directory,
+  no Spark needed), timed around `commit`;
+- full-table read: a fresh `DeltaTable` opened and read into Arrow (every column).
+
+Modes: `off` (no maintenance: Delta log checkpoints every 100 versions from the commits'
+post-commit hook, as before maintenance existed), `on` (a maintenance pass with the default
+settings, min_age 0, before each measurement, and batch commits leaving checkpoints to it)
+and `reopen` (like `off`, but the table is reopened for every commit, the commit path before
+incremental updates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+from synclib.delta import maintenance
+from synclib.delta import table as delta_table
+from synclib.delta.parquet import ParquetPart
+from synclib.delta.writer import DeltaStreamWriter, arrow_schema, commit_metadata
+from synclib.settings.job import MaintenanceConfig
+
+SCHEMA = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+])
+TOPIC = "events"
+MODES = ("off", "on", "reopen")
+YOUNG_AGE = 100
+
+
+@dataclass
+class Measurement:
+    mode: str
+    versions: int  # the table's age when measured
+    commit_ms_p50: float
+    commit_ms_mean: float
+    commit_ms_max: float
+    read_ms: float
+    live_files: int
+    log_files: int
+    maintenance_s: float | None  # the pass before the measurement (mode `on`)
+
+
+class GrowingTable:
+    """A forwarder-shaped Delta table, its fake Spark checkpoint and the forwarder's writer."""
+
+    def __init__(self, directory: Path, rows: int, log_checkpoints: bool) -> None:
+        self.path = str(directory / "table")
+        self.checkpoint = directory / "checkpoint"
+        (self.checkpoint / "offsets").mkdir(parents=True)
+        (self.checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+        self.app_id = "synclib-" + json.loads((self.checkpoint / "metadata").read_text())["id"]
+        self.rows = rows
+        self.batch = 0
+        self.offset = 0
+        self.schema = arrow_schema(SCHEMA)
+        self.writer = DeltaStreamWriter(SCHEMA, {"path": self.path, "checkpointLocation": str(self.checkpoint),
+                                                 "logCheckpoints": str(log_checkpoints).lower()})
+        first = self._rows()
+        write_deltalake(self.path, first, mode="append", commit_properties=self._properties())
+        self._advance()
+
+    def _rows(self) -> pa.Table:
+        n = self.rows
+        now = int(time.time() * 1_000_000)
+        return pa.table({
+            "key": pa.array([b"k"] * n), "value": pa.array([os.urandom(200) for _ in range(n)]),
+            "topic": pa.array([TOPIC] * n), "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(self.offset, self.offset + n), pa.int64()),
+            "timestamp": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+            "timestampType": pa.array([0] * n, pa.int32()),
+        }, schema=self.schema)
+
+    def _offsets(self) -> str:
+        return json.dumps({TOPIC: {"0": self.offset + self.rows}})
+
+    def _properties(self) -> CommitProperties:
+        return CommitProperties(custom_metadata=commit_metadata(self.app_id, self.batch, self._offsets()),
+                                app_transactions=[Transaction(self.app_id, self.batch)])
+
+    def _advance(self) -> None:
+        self.batch += 1
+        self.offset += self.rows
+
+    def age_to(self, versions: int) -> None:
+        """Append synthetic commits (one file each) straight into the log until `versions` exist."""
+        from pyarrow import fs
+
+        version = DeltaTable(self.path).version()
+        log = Path(self.path) / "_delta_log"
+        filesystem = fs.LocalFileSystem()
+        now = time.time()
+        while version + 1 < versions:
+            version += 1
+            part = ParquetPart(filesystem, self.path, self.schema, {})
+            part.write(self._rows())
+            add = part.close()
+            written = now - (versions - version)
+            os.utime(f"{self.path}/{add.path}", (written, written))
+            now_ms = int(written * 1000)
+            actions = [
+                {"add": {"path": add.path, "partitionValues": {}, "size": add.size, "modificationTime": now_ms,
+                         "dataChange": True, "stats": add.stats}},
+                {"txn": {"appId": self.app_id, "version": self.batch, "lastUpdated": now_ms}},
+                {"commitInfo": {"timestamp": now_ms, "operation": "WRITE", "operationParameters": {"mode": "Append"},
+                                **commit_metadata(self.app_id, self.batch, self._offsets())}},
+            ]
+            commit = log / f"{version:020d}.json"
+            commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+            os.utime(commit, (written, written))
+            self._advance()
+
+    def micro_batch(self, reopen: bool) -> float:
+        """One micro-batch through the forwarder's writer; the seconds its commit took."""
+        (self.checkpoint / "offsets" / str(self.batch)).write_text(f"v1\n{{}}\n{self._offsets()}\n")
+        message = self.writer.write(iter(self._rows().to_batches()))
+        if reopen:
+            delta_table._open_tables.clear()  # the commit path before incremental updates
+        started = time.perf_counter()
+        self.writer.commit([message], self.batch)
+        elapsed = time.perf_counter() - started
+        self._advance()
+        return elapsed
+
+
+def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measurement:
+    maintenance_s = None
+    if mode == "on":
+        started = time.perf_counter()
+        maintenance.run_pass(table.path, MaintenanceConfig(min_age="0s"))
+        maintenance_s = round(time.perf_counter() - started, 2)
+    delta_table._open_tables.clear()
+    table.micro_batch(reopen=False)  # the first commit of a run opens the table
+    commits = sorted(table.micro_batch(reopen=mode == "reopen") * 1000 for _ in range(batches))
+    started = time.perf_counter()
+    DeltaTable(table.path).to_pyarrow_table()
+    read_ms = (time.perf_counter() - started) * 1000
+    current = DeltaTable(table.path)
+    return Measurement(mode=mode, versions=age,
+                       commit_ms_p50=round(statistics.median(commits), 1),
+                       commit_ms_mean=round(statistics.fmean(commits), 1), commit_ms_max=round(commits[-1], 1),
+                       read_ms=round(read_ms), live_files=len(current.file_uris()),
+                       log_files=len(os.listdir(Path(table.path) / "_delta_log")), maintenance_s=maintenance_s)
+
+
+def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[str]) -> Iterator[Measurement]:
+    for mode in modes:
+        directory = workdir / mode
+        shutil.rmtree(directory, ignore_errors=True)
+        table = GrowingTable(directory, rows, log_checkpoints=mode != "on")
+        for age in (YOUNG_AGE, versions):
+            started = time.perf_counter()
+            table.age_to(age)
+            if mode != "on":  # what the post-commit hook would have written on the way
+                DeltaTable(table.path).create_checkpoint()
+            aged_s = time.perf_counter() - started
+            result = measure(table, mode, batches, age)
+            print(f"{mode}: aged to {age} versions in {aged_s:.0f}s; {asdict(result)}", flush=True)
+            yield result
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def table_text(results: Sequence[Measurement]) -> str:
+    header = ("mode", "versions", "commit p50 ms", "commit mean ms", "commit max ms", "full read ms", "live files",
+              "log files", "maintenance pass s")
+    rows = [(r.mode, r.versions, r.commit_ms_p50, r.commit_ms_mean, r.commit_ms_max, r.read_ms, r.live_files,
+             r.log_files, "" if r.maintenance_s is None else r.maintenance_s) for r in results]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)) for line in [header, *rows])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.growth", description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", type=int, default=20_000, help="the old table's age")
+    parser.add_argument("--batches", type=int, default=40, help="micro-batches timed per measurement")
+    parser.add_argument("--rows", type=int, default=20, help="events per version")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--output", type=Path, default=None, help="JSON results")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synclib-growth-"))
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
+    results = list(run(workdir, args.versions, args.batches, args.rows, modes))
+    print(table_text(results), flush=True)
+    if args.output:
+        args.output.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
