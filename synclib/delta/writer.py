@@ -53,6 +53,7 @@ from synclib.delta.table import (  # noqa: F401
     read_table_offsets,
     table_summary,
 )
+from synclib.kafka.client_config import parse_bool
 from synclib.settings.values import Engine
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self._path = options["path"]
         self._checkpoint = options["checkpointLocation"]
         self._partition_by: list[str] = json.loads(options.get("partitionBy") or "[]")
-        self._log_checkpoints = options.get("logCheckpoints", "true") == "true"
+        self._log_checkpoints = parse_bool(options.get("logCheckpoints", "true"))
         self._schema = arrow_schema(schema)
         self._file_schema = pa.schema([f for f in self._schema if f.name not in self._partition_by])
 
