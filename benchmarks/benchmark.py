@@ -96,6 +96,8 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
+                        "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.partitions < 1 or args.messages < 10 or not 0 < args.warmup < 1:
         parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
@@ -597,6 +599,10 @@ def main(argv: Optional[Sequence[str]] = None, default_config: str = DEFAULT_CON
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(max(logging.ERROR, logging.getLevelName(args.log_level)))
+    if args.growth:
+        from benchmarks import growth
+
+        return growth.main(["--workdir", args.workdir] if args.workdir else [])
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("synclib-benchmark")

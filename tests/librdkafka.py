@@ -82,3 +82,16 @@ def produce_burst(kafka: Producer, topic: str, partition: int, records: Sequence
         raise ProduceError("; ".join(failures))
     return sorted(delivered, key=lambda p: p.offset)
 
+
+def transaction(kafka: Producer, topic: str, partition: int, records: Sequence[Record], *,
+                commit: bool) -> list[Produced]:
+    """One transaction of `kafka` (init_transactions done), committed or aborted after its records
+    reached the log (an abort drops records still queued in librdkafka); its commit or abort
+    marker takes the offset after them."""
+    kafka.begin_transaction()
+    produced = produce_burst(kafka, topic, partition, records)
+    if commit:
+        kafka.commit_transaction(DELIVERY_TIMEOUT_S)
+    else:
+        kafka.abort_transaction(DELIVERY_TIMEOUT_S)
+    return produced

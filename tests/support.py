@@ -8,6 +8,8 @@ from typing import TypeVar
 
 from kafka import KafkaProducer
 
+from synclib.kafka.admin import KafkaMetadata
+from synclib.kafka.subscription import Subscription
 from synclib.leader.commitlog import Commit, encode_commit
 
 T = TypeVar("T")
@@ -66,3 +68,12 @@ def publish_commit(
 def publish_raw(producer: KafkaProducer, topic: str, key: bytes | None, value: bytes | None,
                 headers: Sequence[tuple[str, bytes]] = ()) -> None:
     producer.send(topic, key=key, value=value, partition=0, headers=list(headers)).get(30)
+
+
+def high_watermarks(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's end (next offset), as the planner reads it."""
+    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers]}, Subscription(topics=(topic,)))
+    try:
+        return {p: end for (_, p), end in metadata.high_watermarks([(topic, p) for p in partitions]).items()}
+    finally:
+        metadata.close()

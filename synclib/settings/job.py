@@ -18,6 +18,7 @@ from synclib.settings.values import (
     EngineChoice,
     FilePath,
     LogLevelChoice,
+    Port,
     PositiveDuration,
     PositiveInt,
     TransformSpec,
@@ -76,6 +77,13 @@ class LoggingConfig(Section):
     progress: Boolean = True
     progress_interval: PositiveDuration = 1.0
 
+class MonitoringConfig(Section):
+    """`monitoring`: the health-check file and the Prometheus endpoint (`synclib.app.monitoring`)."""
+
+    healthcheck_file: FilePath | None = None  # touched while the query is healthy (liveness probes)
+    metrics_port: Port | None = None  # serve /metrics on this port; null: no metrics endpoint
+
+
 
 class EmbeddedConfig(Section):
     """`embedded`: the local broker's simulated producer and leader (only with bootstrap 'embedded')."""
@@ -97,6 +105,7 @@ class ForwarderConfig(Section):
     checkpoint: CheckpointConfig
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     transform: TransformSpec | None = None  # "module:function" applied to each micro-batch
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     embedded: EmbeddedConfig | None = None  # set exactly when kafka.embedded
 

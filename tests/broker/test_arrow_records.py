@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,12 +24,11 @@ from kafka.consumer.fetcher import Fetcher
 
 from synclib.compat.kafka_python import MissingCodecError
 from synclib.kafka import fetch_path, reader
-from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
-from synclib.kafka.subscription import Subscription
 from tests import mock_cluster
-from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer
+from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer, transaction
+from tests.support import high_watermarks
 
 SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 LARGE_VALUE = os.urandom(1000) * 600  # 600 kB, compressible
@@ -49,26 +48,6 @@ def records(tag: str, count: int) -> list[Record]:
     return out
 
 
-def transaction(kafka: Any, topic: str, partition: int, batch: list[Record], *, commit: bool) -> list[Produced]:
-    """One transaction, committed or aborted after its records reached the log (an abort drops
-    records still queued in librdkafka)."""
-    kafka.begin_transaction()
-    produced = produce_burst(kafka, topic, partition, batch)
-    if commit:
-        kafka.commit_transaction(30)
-    else:
-        kafka.abort_transaction(30)
-    return produced
-
-
-def ends_of(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers]}, Subscription(topics=(topic,)))
-    try:
-        return {p: offset for (_, p), offset in metadata.high_watermarks([(topic, p) for p in partitions]).items()}
-    finally:
-        metadata.close()
-
-
 @pytest.fixture(scope="module")
 def compressed(bootstrap_servers: str, admin: Any) -> Written:
     """Partition i written by librdkafka with codec CODECS[i], idempotent for every other codec."""
@@ -82,7 +61,7 @@ def compressed(bootstrap_servers: str, admin: Any) -> Written:
         produced[partition] = produce_burst(
             producer(bootstrap_servers, compression_type=codec, enable_idempotence=partition % 2 == 0),
             topic, partition, batch)
-    return topic, produced, ends_of(bootstrap_servers, topic, produced), (began, now_ms())
+    return topic, produced, high_watermarks(bootstrap_servers, topic, produced), (began, now_ms())
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +76,10 @@ def transactional(bootstrap_servers: str, admin: Any) -> Written:
     produced = {0: [*transaction(kafka, topic, 0, records("committed", 40), commit=True),
                     *transaction(kafka, topic, 0, records("aborted", 30), commit=False),
                     *transaction(kafka, topic, 0, records("last", 20), commit=True)]}
-    return topic, produced, ends_of(bootstrap_servers, topic, produced), (began, now_ms())
+    return topic, produced, high_watermarks(bootstrap_servers, topic, produced), (began, now_ms())
 
 
-# librdkafka's mock cluster writes control batches that fail the CRC check (kafka-python's own
-# parser rejects them too).
-MARKERS_FAIL_CRC = pytest.mark.unsupported_on(
-    mock_cluster.NAME, f"{mock_cluster.NAME}: transaction control batches fail kafka-python's CRC check")
-WRITTEN = ["compressed", pytest.param("transactional", marks=MARKERS_FAIL_CRC)]
+WRITTEN = ["compressed", pytest.param("transactional", marks=mock_cluster.CONTROL_BATCHES_WITHOUT_CRC)]
 
 
 def read(bootstrap_servers: str, topic: str, partition: int, start: int, end: int) -> pa.Table:

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
+from tests import mock_cluster
 from tests.support import produce, produce_values, publish_commit, publish_raw, wait_until
 
 QUERY_TIMEOUT_S = 60
@@ -209,10 +210,12 @@ def commit_follower_group(bootstrap: str, group: str, topic: str, partition_offs
         ({"startingOffsets": "latest"}, {0: 10, 1: 10}),
         ({"startingOffsets": '{"EVENTS": {"0": 3, "1": -2}}'}, {0: 3, 1: 0}),
         ({"startingOffsets": '{"EVENTS": {"0": -1}}'}, {0: 10, 1: 0}),
-        ({"startingOffsets": "committed", "consumerGroup": "GROUP"}, {0: 4, 1: 7}),
-        ({"startingOffsets": "committed", "consumerGroup": "GROUP", "initialOffsetReset": "latest",
-          "_commit_only": "0"}, {0: 4, 1: 10}),
-        ({"startingOffsets": "committed", "consumerGroup": "GROUP", "_commit_only": "none"}, {0: 0, 1: 0}),
+        pytest.param({"startingOffsets": "committed", "consumerGroup": "GROUP"}, {0: 4, 1: 7},
+                     marks=mock_cluster.NO_GROUP_OFFSET_LISTING),
+        pytest.param({"startingOffsets": "committed", "consumerGroup": "GROUP", "initialOffsetReset": "latest",
+                      "_commit_only": "0"}, {0: 4, 1: 10}, marks=mock_cluster.NO_GROUP_OFFSET_LISTING),
+        pytest.param({"startingOffsets": "committed", "consumerGroup": "GROUP", "_commit_only": "none"},
+                     {0: 0, 1: 0}, marks=mock_cluster.NO_GROUP_OFFSET_LISTING),
     ],
     ids=["earliest", "latest", "json", "json-latest-and-missing", "committed",
          "committed-partial-reset-latest", "committed-none-reset-earliest"],
@@ -368,6 +371,7 @@ def test_topic_deleted_and_recreated(world, admin, fail_on_data_loss):
     wait_until(lambda: new_rows() == offsets(0, 0, 4), QUERY_TIMEOUT_S, "rows of the recreated topic")
 
 
+@mock_cluster.NO_GROUP_OFFSET_LISTING
 def test_commit_to_consumer_group_after_each_batch(world, admin):
     from synclib.kafka.admin import KafkaMetadata
     from synclib.settings import SourceOptions
@@ -397,6 +401,7 @@ def test_published_commit_log_can_be_followed(world, new_topic):
         wait_until(lambda: follower.remote_offset(world.events, 0) == 7, what="our own published commit")
 
 
+@mock_cluster.NO_GROUP_OFFSET_LISTING
 def test_remote_offsets_from_leader_group_without_commit_log(world):
     group = f"leader-{uuid.uuid4().hex[:8]}"
     produce_values(world.producer, world.events, 0, 10)
