@@ -16,8 +16,8 @@ Adding a section is a one-class change. For example `monitoring`:
     class MonitoringConfig(Section):
         \"\"\"`monitoring`: what the job exposes for health checks and metrics.\"\"\"
 
-        healthcheck_file: Optional[FilePath] = None
-        metrics_port: Optional[PositiveInt] = None
+        healthcheck_file: FilePath | None = None
+        metrics_port: PositiveInt | None = None
 
 and one field in its parent, here `ForwarderConfig`:
 `monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)` (or a required

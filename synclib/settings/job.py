@@ -37,7 +37,6 @@ class MaintenanceConfig(Section):
     checkpoint_interval: PositiveInt = 100  # versions between log checkpoints
     log_cleanup: Boolean = True
     log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
-    log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
 
     @property
     def target_file_size(self) -> int:
@@ -77,12 +76,12 @@ class LoggingConfig(Section):
     progress: Boolean = True
     progress_interval: PositiveDuration = 1.0
 
+
 class MonitoringConfig(Section):
     """`monitoring`: the health-check file and the Prometheus endpoint (`synclib.app.monitoring`)."""
 
     healthcheck_file: FilePath | None = None  # touched while the query is healthy (liveness probes)
     metrics_port: Port | None = None  # serve /metrics on this port; null: no metrics endpoint
-
 
 
 class EmbeddedConfig(Section):
@@ -105,8 +104,8 @@ class ForwarderConfig(Section):
     checkpoint: CheckpointConfig
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     transform: TransformSpec | None = None  # "module:function" applied to each micro-batch
-    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     embedded: EmbeddedConfig | None = None  # set exactly when kafka.embedded
 
     @model_validator(mode="before")

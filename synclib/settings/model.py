@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from synclib.kafka.client_config import is_secret
 
-Path = tuple[str, ...]
+KeyPath = tuple[str, ...]  # a setting's keys from the root: ("kafka", "security", "protocol")
 
 # Annotated metadata of a field whose explicit null means None, not the default.
 KEEP_NULL = "keep-null"
@@ -65,11 +65,11 @@ class Section(BaseModel):
 class Naming:
     """How an error message names a setting: `name(path)` and the noun for a setting."""
 
-    name: Callable[[Path], str]
+    name: Callable[[KeyPath], str]
     noun: str
 
 
-def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tuple[Path, str]:
+def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tuple[KeyPath, str]:
     """The setting and the problem of the error to report first (unknown keys before the rest)."""
     errors = error.errors(include_url=False)
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -87,14 +87,13 @@ def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tu
     if kind == "extra_forbidden":
         return path, f"unknown {naming.noun}" + suggestion(path, known_names(root, path[:-1]))
     if kind == "missing":
-        section = isinstance(nested(root, path), type)
-        return path, f"missing required {'section' if section else naming.noun}"
+        return path, f"missing required {'section' if known_names(root, path) else naming.noun}"
     if kind in ("model_type", "dict_type"):
         return path, f"expected a mapping, got {value}"
     return path, f"{first['msg']}, got {value}"
 
 
-def nested(root: type[BaseModel], path: Path) -> type[BaseModel] | type[dict[Any, Any]] | None:
+def nested(root: type[BaseModel], path: KeyPath) -> type[BaseModel] | type[dict[Any, Any]] | None:
     """What `path` holds below `root`: a section's model, `dict` (free-form mapping) or None (a value)."""
     current: Any = root
     for name in path:
@@ -104,13 +103,13 @@ def nested(root: type[BaseModel], path: Path) -> type[BaseModel] | type[dict[Any
     return current  # type: ignore[no-any-return]
 
 
-def known_names(root: type[BaseModel], path: Path) -> list[str]:
+def known_names(root: type[BaseModel], path: KeyPath) -> list[str]:
     """The keys of the section at `path` (empty if it is not a section)."""
     section = nested(root, path)
     return list(section.model_fields) if isinstance(section, type) and issubclass(section, BaseModel) else []
 
 
-def suggestion(path: Path, known: list[str]) -> str:
+def suggestion(path: KeyPath, known: list[str]) -> str:
     """' (did you mean 'a.b'?)' for a misspelt last key of dotted `path`, else the known keys."""
     candidates = sorted(known)
     match = difflib.get_close_matches(path[-1], candidates, n=1)

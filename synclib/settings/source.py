@@ -21,7 +21,7 @@ from pydantic import Field, ValidationError, model_validator
 from synclib.kafka.client_config import DEFAULT_DEADLINE_S, KAFKA_PREFIX, KafkaConfigError, kafka_client_config
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import PartitionOffsets, parse_offsets_json
-from synclib.settings.model import Naming, Path, Section, SettingError, explain
+from synclib.settings.model import KeyPath, Naming, Section, SettingError, explain
 from synclib.settings.values import (
     SPARK,
     Assignment,
@@ -169,7 +169,7 @@ class SourceOptions(SourceConfig):
             raise SourceOptionError(f"option {_option(path)!r}: {problem}") from None
 
 
-def _option(path: Path) -> str:
+def _option(path: KeyPath) -> str:
     """The Spark option name of a setting of `SourceOptions`."""
     field = SourceOptions.model_fields.get(path[0]) if path else None
     return (field.serialization_alias or path[0]) if field is not None else ".".join(path)

@@ -106,6 +106,16 @@ def _positive_int(raw: Any) -> int:
     raise Invalid("a positive integer")
 
 
+def _port(raw: Any) -> int:
+    try:
+        port = _positive_int(raw)
+    except Invalid:
+        port = 0
+    if not 0 < port < 65536:
+        raise Invalid("a TCP port number, 1 to 65535")
+    return port
+
+
 def _duration(raw: Any, info: ValidationInfo) -> float:
     if isinstance(raw, str):
         if info.context == SPARK and _NUMBER.fullmatch(raw):
@@ -236,6 +246,7 @@ String = Annotated[str, BeforeValidator(_string)]
 SecretString = Annotated[Secret, BeforeValidator(_string), PlainSerializer(str, when_used="json")]
 Boolean = Annotated[bool, BeforeValidator(_boolean)]
 PositiveInt = Annotated[int, BeforeValidator(_positive_int)]
+Port = Annotated[int, BeforeValidator(_port)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(_duration), AfterValidator(_positive)]
 FilePath = Annotated[str, BeforeValidator(_path)]
