@@ -3,7 +3,8 @@
 Low -> high; a module may import its own layer and lower ones, never a higher one, and
 `synclib.source` and `synclib.delta` (siblings) never import each other. Only the modules in
 `SPARK_MODULES` may import pyspark or py4j, so the status command, the config and the
-commit-log code run without Spark.
+commit-log code run without Spark. A private name of a dependency (a dotted part starting
+with `_`) is imported only in `synclib.compat`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def violations(found: Iterator[Import]) -> list[str]:
             problems.append(f"{where}: only {sorted(SPARK_MODULES)} may import {top}")
         elif top in DEV_TOOLING:
             problems.append(f"{where}: the product never imports dev tooling ({top}/)")
+        elif (top not in ("synclib", "__future__") and any(part.startswith("_") for part in target.split("."))
+              and package_of(module) != "synclib.compat"):
+            problems.append(f"{where}: a private API of {top}, allowed only in synclib.compat")
         elif top == "synclib":
             source, target_package = package_of(module), package_of(target)
             if layer_of(target) > layer_of(module):
@@ -124,6 +128,9 @@ def test_no_module_imports_a_higher_layer_a_sibling_spark_or_dev_tooling() -> No
      "synclib.leader.tracker (line 1) imports pyspark.sql.SparkSession: only "),
     ("synclib.app.job", "from benchmarks import procmem",
      "synclib.app.job (line 1) imports benchmarks.procmem: the product never imports dev tooling (benchmarks/)"),
+    ("synclib.kafka.reader", "from kafka.consumer.fetcher import _unpack_records",
+     "synclib.kafka.reader (line 1) imports kafka.consumer.fetcher._unpack_records: a private API of kafka, "
+     "allowed only in synclib.compat"),
 ])
 def test_the_check_names_module_line_and_import(module: str, source: str, problem: str) -> None:
     found = violations(imports(module, source))
@@ -136,6 +143,7 @@ def test_allowed_imports_pass_the_check() -> None:
         ("synclib.app.status", "from synclib.source.status import PlannerStatus\nfrom synclib.kafka import admin"),
         ("synclib.source.datasource", "from pyspark.sql import SparkSession\nfrom .state import Offsets"),
         ("synclib.leader", "from . import tracker"),
+        ("synclib.compat.kafka_python", "from kafka.record._crc32c import crc"),
     ]
 
     assert [problem for module, source in allowed
