@@ -11,7 +11,8 @@ partition into records. That needs kafka-python internals, all of them used here
 - a v2 record batch's decompressed record bytes (`DefaultRecordBatch._buffer` from `_pos`,
   once iterating has decompressed it);
 - kafka-python's own parser on raw bytes (constructing `Fetcher.PartitionRecords`) and its
-  record builder (`MemoryRecordsBuilder`): the start-up self-check and the tests use them.
+  record builder (`MemoryRecordsBuilder`, plus the header layout of a v2 batch to make
+  transaction markers): the start-up self-check and the tests use them.
 
 `fast_path_problem()` says why these cannot be used (None when they can): a kafka-python other
 than `TESTED_VERSION`, or a missing hook. Callers then read through the public API instead.
@@ -20,6 +21,7 @@ than `TESTED_VERSION`, or a missing hook. Callers then read through the public A
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +34,7 @@ from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.protocol.consumer import IsolationLevel
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.record.util import calc_crc32c
 from kafka.structs import TopicPartition
 
 # The kafka-python minor version the Arrow reader is tested with (pyproject pins the same).
@@ -232,21 +235,39 @@ class Parsed:
     drained: bool
 
 
-def parse(data: bytes, tp: TopicPartition, fetch_offset: int, partition_records: type | None = None) -> Parsed:
+@dataclass(frozen=True)
+class AbortedTransaction:
+    """An entry of a fetch response's aborted-transaction list (read_committed)."""
+
+    producer_id: int
+    first_offset: int
+
+
+def parse(data: bytes, tp: TopicPartition, fetch_offset: int, partition_records: type | None = None, *,
+          isolation_level: str = "read_uncommitted", aborted: Sequence[AbortedTransaction] = ()) -> Parsed:
     """What a fetcher's `partition_records` (kafka-python's own by default) makes of a fetch
-    response holding `data`, read from `fetch_offset`."""
-    part = (partition_records or Fetcher.PartitionRecords)(fetch_offset, tp, MemoryRecords(data))
+    response holding `data` (and the `aborted` transactions list), read from `fetch_offset`."""
+    part = (partition_records or Fetcher.PartitionRecords)(
+        fetch_offset, tp, MemoryRecords(data), isolation_level=IsolationLevel.build_from(isolation_level),
+        aborted_transactions=list(aborted))
     records = part.take()
     return Parsed(records, part.next_fetch_offset, not part)
 
 
-def build_batch(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]],
-                *, offset: int = 0, magic: int = 2, compression: int = DefaultRecordBatch.CODEC_NONE,
-                timestamps: Sequence[int] = (), skip: int = 0) -> bytes:
+Records = Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]]
+_ATTRIBUTES_AT, _CRC_AT = 21, 17  # in a v2 batch header; the CRC covers the attributes onwards
+
+
+def build_batch(records: Records, *, offset: int = 0, magic: int = 2, compression: int = DefaultRecordBatch.CODEC_NONE,
+                timestamps: Sequence[int] = (), skip: int = 0, producer_id: int = -1) -> bytes:
     """One record batch as a broker stores it: (key, value, headers) records from `offset`,
-    after `skip` offsets left out (as compaction does); timestamps default to a millisecond apart."""
+    after `skip` offsets left out (as compaction does); timestamps default to a millisecond apart.
+    With a `producer_id` the batch is transactional."""
     # A v2 batch's records hold offset deltas; its base offset (outside the CRC) is the broker's.
-    builder = MemoryRecordsBuilder(magic, compression, batch_size=1 << 30, offset=0 if magic == 2 else offset)
+    transactional = producer_id >= 0
+    builder = MemoryRecordsBuilder(magic, compression, batch_size=1 << 30, offset=0 if magic == 2 else offset,
+                                   transactional=transactional, producer_id=producer_id,
+                                   producer_epoch=0 if transactional else -1, base_sequence=0 if transactional else -1)
     if skip:
         builder.skip(skip)
     for index, (key, value, headers) in enumerate(records):
@@ -256,4 +277,15 @@ def build_batch(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tup
     data = bytearray(builder.buffer())
     if magic == 2:
         data[:8] = offset.to_bytes(8, "big", signed=True)
+    return bytes(data)
+
+
+def build_marker(*, offset: int, producer_id: int, commit: bool) -> bytes:
+    """A transaction's commit or abort marker (a control batch of one record) at `offset`."""
+    control_type = 1 if commit else 0
+    data = bytearray(build_batch([(struct.pack(">hh", 0, control_type), struct.pack(">hi", 0, 0), [])],
+                                 offset=offset, producer_id=producer_id))
+    attributes = int.from_bytes(data[_ATTRIBUTES_AT:_ATTRIBUTES_AT + 2], "big") | DefaultRecordBatch.CONTROL_MASK
+    data[_ATTRIBUTES_AT:_ATTRIBUTES_AT + 2] = attributes.to_bytes(2, "big")
+    data[_CRC_AT:_ATTRIBUTES_AT] = calc_crc32c(memoryview(data)[_ATTRIBUTES_AT:]).to_bytes(4, "big")
     return bytes(data)

@@ -37,10 +37,11 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def _known_fetch() -> tuple[bytes, int]:
-    """A fetch response covering what the decoder must get right, and a fetch offset inside it:
-    headers (one with a null value), null and empty keys and values, multi-byte lengths, a gzip
-    batch, an offset gap."""
+def _known_fetch() -> tuple[bytes, int, list[kafka_python.AbortedTransaction]]:
+    """A fetch response covering what the decoder must get right, a fetch offset inside it and
+    its aborted-transactions list: headers (one with a null value), null and empty keys and
+    values, multi-byte lengths, a gzip batch, an offset gap, a committed and an aborted
+    transaction with their markers, the last offset a marker."""
     plain = kafka_python.build_batch([
         (None, b"v0", [("h", b"1"), ("null", None)]),
         (b"k1", None, []),
@@ -49,24 +50,34 @@ def _known_fetch() -> tuple[bytes, int]:
     ], offset=10)
     packed = kafka_python.build_batch([(b"k5", b"z" * 500, [("h", None)]), (None, None, [])], offset=15, skip=1,
                                       compression=DefaultRecordBatch.CODEC_GZIP)
-    return plain + packed, 11
+    committed = kafka_python.build_batch([(b"k18", b"committed", [])], offset=18, producer_id=1)
+    aborted = kafka_python.build_batch([(b"k20", b"aborted", [])], offset=20, producer_id=2)
+    transactions = (committed + kafka_python.build_marker(offset=19, producer_id=1, commit=True)
+                    + aborted + kafka_python.build_marker(offset=21, producer_id=2, commit=False))
+    return plain + packed + transactions, 11, [kafka_python.AbortedTransaction(producer_id=2, first_offset=20)]
 
 
 def self_check() -> str | None:
-    """Decode `_known_fetch()` with the Arrow path and with kafka-python's parser; what differs
-    (or fails) when they disagree, None when they agree."""
+    """Decode `_known_fetch()` with the Arrow path and with kafka-python's parser, under
+    read_committed (every fetcher internal the fast path uses is called); what differs (or
+    fails) when they disagree, None when they agree."""
     try:
-        data, fetch_offset = _known_fetch()
-        fast = kafka_python.parse(data, _CHECK_TP, fetch_offset, arrow_partition_records()).records
-        reference = listed_records(_CHECK_TP, kafka_python.parse(data, _CHECK_TP, fetch_offset).records)
+        data, fetch_offset, aborted = _known_fetch()
+        fast = kafka_python.parse(data, _CHECK_TP, fetch_offset, arrow_partition_records(),
+                                  isolation_level="read_committed", aborted=aborted)
+        parsed = kafka_python.parse(data, _CHECK_TP, fetch_offset, isolation_level="read_committed", aborted=aborted)
+        reference = listed_records(_CHECK_TP, parsed.records)
     except Exception as exc:  # noqa: BLE001 - any failure of the hook means: do not use it
         return f"the self-check failed: {type(exc).__name__}: {exc}"
-    if len(fast) != 1 or not isinstance(fast[0], DecodedRecords):
-        return f"the self-check got {len(fast)} items instead of one DecodedRecords"
+    if len(fast.records) != 1 or not isinstance(fast.records[0], DecodedRecords):
+        return f"the self-check got {len(fast.records)} items instead of one DecodedRecords"
+    if fast.next_fetch_offset != parsed.next_fetch_offset:
+        return (f"the self-check ended at offset {fast.next_fetch_offset}, kafka-python's parser at "
+                f"{parsed.next_fetch_offset}")
     rows = reference.batch.num_rows
-    if not fast[0].batch.equals(reference.batch):
+    if not fast.records[0].batch.equals(reference.batch):
         return "the self-check decoded different records than kafka-python's parser"
-    if not fast[0].headers(0, rows, HEADERS_TYPE).equals(reference.headers(0, rows, HEADERS_TYPE)):
+    if not fast.records[0].headers(0, rows, HEADERS_TYPE).equals(reference.headers(0, rows, HEADERS_TYPE)):
         return "the self-check decoded different headers than kafka-python's parser"
     return None
 

@@ -96,6 +96,56 @@ def test_same_records_as_kafka_python(magic: int, compression: int, seed: int) -
             assert parsed.drained  # the fetcher may fetch this partition again
 
 
+def build_transactions(seed: int) -> tuple[bytes, list[kafka_python.AbortedTransaction], int]:
+    """Interleaved transactions of two producers, committed or aborted, plain batches between
+    them, the partition ending with a marker; the fetch response's aborted-transaction list; the
+    partition's end."""
+    rng = random.Random(seed)
+    out, offset, aborted = bytearray(), 0, []
+    open_since: dict[int, int] = {}
+    for _ in range(12):
+        producer_id = rng.choice([1, 2, -1])
+        count = rng.choice([1, 3, 40])
+        out += kafka_python.build_batch([(_blob(rng), _blob(rng), [("p", str(producer_id).encode())])] * count,
+                                        offset=offset, producer_id=producer_id, compression=rng.choice([NONE, ZSTD]))
+        if producer_id >= 0:
+            open_since.setdefault(producer_id, offset)
+        offset += count
+        for ending, first in sorted(open_since.items()):
+            if rng.random() < 0.5:
+                commit = rng.random() < 0.5
+                out += kafka_python.build_marker(offset=offset, producer_id=ending, commit=commit)
+                if not commit:
+                    aborted.append(kafka_python.AbortedTransaction(ending, first))
+                offset += 1
+                del open_since[ending]
+    for ending in sorted(open_since):
+        out += kafka_python.build_marker(offset=offset, producer_id=ending, commit=False)
+        aborted.append(kafka_python.AbortedTransaction(ending, open_since[ending]))
+        offset += 1
+    return bytes(out), sorted(aborted, key=lambda a: a.first_offset), offset
+
+
+@pytest.mark.parametrize("isolation_level", ["read_uncommitted", "read_committed"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_transactions_and_markers_as_kafka_python(isolation_level: str, seed: int) -> None:
+    data, aborted, end = build_transactions(seed)
+    assert aborted, "the layout should abort something"
+    offsets = [r.offset for r in kafka_python.parse(data, TP, 0).records]
+    for fetch_offset in sorted({0, offsets[len(offsets) // 3], offsets[-1], offsets[-1] + 1}):
+        reference = kafka_python.parse(data, TP, fetch_offset, isolation_level=isolation_level, aborted=aborted)
+        fast = kafka_python.parse(data, TP, fetch_offset, arrow_partition_records(), isolation_level=isolation_level,
+                                  aborted=aborted)
+        got = fast.records[0].batch.to_pylist() if fast.records else []
+        assert [(r["offset"], r["key"], r["value"]) for r in got] == [
+            (r.offset, r.key, r.value) for r in reference.records]
+        assert fast.next_fetch_offset == reference.next_fetch_offset == end  # past the final marker
+    if isolation_level == "read_committed":
+        kept = {r.offset for r in kafka_python.parse(data, TP, 0, isolation_level=isolation_level,
+                                                      aborted=aborted).records}
+        assert kept < set(offsets)  # aborted records dropped
+
+
 def test_corrupt_batch_fails_the_crc_check() -> None:
     data = bytearray(build(3, batches=1))
     data[-5] ^= 0xFF
