@@ -43,7 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 from pyarrow import fs
@@ -55,6 +55,7 @@ from synclib.settings.job import MaintenanceConfig
 logger = logging.getLogger(__name__)
 
 META_MAINTENANCE = "synclib.maintenance"
+MAINTENANCE_APP_ID = "synclib-maintenance"  # the application transaction of compaction commits
 COMPACTED_PREFIX = "compacted"  # file name prefix of compaction's output
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _VACUUM_CHECK_LIMIT = 10_000  # vacuum candidates looked up one by one (more: vacuum runs anyway)
@@ -102,14 +103,15 @@ class _Bin:
 
 def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
     """One maintenance pass over the Delta table at `path` (compaction, vacuum, checkpoint,
-    log cleanup); conflicts and failed steps are noted in the report and logged, not raised."""
+    log cleanup); a compaction that loses a conflict is noted in the report and logged, and
+    retried by the next pass."""
     started = time.monotonic()
     report = PassReport()
     table = open_table(path)
     if table is None:
         return report
     now = time.time() if now is None else now
-    _compact(table, options, now, started, report)
+    compact(table, options, now, report, deadline=started + options.time_budget)
     _vacuum(table, options, report)
     _checkpoint(table, options, report)
     if options.log_cleanup:
@@ -171,8 +173,10 @@ def _rewrite(filesystem: fs.FileSystem, root: str, schema: pa.Schema, target: _B
     return part.close(data_change=False)
 
 
-def _compact(table: DeltaTable, options: MaintenanceConfig, now: float, started: float,
-             report: PassReport) -> None:
+def compact(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport,
+            deadline: float = math.inf) -> None:
+    """Compact `table` as of its loaded version into `report`; no new bin is started after
+    `deadline` (monotonic). A conflict with another compaction is noted, not raised."""
     bins, report.deferred_files = _plan(table, options, now)
     if not bins:
         return
@@ -182,7 +186,7 @@ def _compact(table: DeltaTable, options: MaintenanceConfig, now: float, started:
     written: list[AddAction] = []
     removed: list[RemoveAction] = []
     for number, target in enumerate(bins):
-        if time.monotonic() - started > options.time_budget:
+        if time.monotonic() > deadline:
             report.deferred_files += sum(len(b.files) for b in bins[number:])
             break
         written.append(_rewrite(filesystem, root, schema, target))
@@ -194,10 +198,14 @@ def _compact(table: DeltaTable, options: MaintenanceConfig, now: float, started:
         return
     metadata = {META_MAINTENANCE: json.dumps({"operation": "compaction", "removed": len(removed),
                                               "added": len(written)})}
+    # delta-rs does not find two compactions removing the same files in conflict (the rows
+    # would be doubled); an application transaction of their own serializes them.
+    serial = Transaction(MAINTENANCE_APP_ID, (table.transaction_version(MAINTENANCE_APP_ID) or 0) + 1)
     try:
         table.create_write_transaction([*written, *removed], mode="append", schema=table.schema(),
                                        partition_by=columns,
-                                       commit_properties=CommitProperties(custom_metadata=metadata),
+                                       commit_properties=CommitProperties(custom_metadata=metadata,
+                                                                          app_transactions=[serial]),
                                        post_commithook_properties=_NO_HOOKS)
     except CommitFailedError as exc:  # e.g. another maintenance pass removed the same files
         parquet.delete_files(table.table_uri, written)

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from pyspark.sql.types import DateType, LongType, StructField, StructType
 
 from benchmarks.soak import soak
-from synclib.delta.maintenance import COMPACTED_PREFIX, run_pass
+from synclib.delta.maintenance import COMPACTED_PREFIX, PassReport, compact, run_pass
 from synclib.delta.table import latest_synclib_commit, read_table_offsets
 from synclib.delta.writer import DeltaStreamWriter
 from synclib.settings.job import MaintenanceConfig
@@ -125,6 +125,23 @@ def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(tmp_path: P
     assert batches.offsets() == list(range(45 * ROWS))
     assert DeltaTable(batches.table).transaction_version("synclib-q") == 44
     assert read_table_offsets(batches.table) == {"events": {"0": 45 * ROWS}}
+
+
+def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) -> None:
+    """E.g. a cron `maintain` next to the job's own maintenance: the later one loses a conflict
+    (their application transaction) instead of doubling the rows."""
+    batches = Batches(tmp_path)
+    batches.run(6)
+    first, second = DeltaTable(batches.table), DeltaTable(batches.table)  # both at version 5
+    reports = [PassReport(), PassReport()]
+
+    compact(first, settings(min_age="0s"), time.time(), reports[0])
+    compact(second, settings(min_age="0s"), time.time(), reports[1])
+
+    assert [r.compacted_files for r in reports] == [6, 0]
+    assert "conflict" in reports[1].notes[0]
+    assert batches.offsets() == list(range(6 * ROWS))
+    assert [Path(uri).name.startswith(COMPACTED_PREFIX) for uri in DeltaTable(batches.table).file_uris()] == [True]
 
 
 def test_a_new_checkpoint_resumes_from_the_table_after_compaction_vacuum_and_log_cleanup(tmp_path: Path) -> None:
