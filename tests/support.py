@@ -70,9 +70,11 @@ def publish_raw(producer: KafkaProducer, topic: str, key: bytes | None, value: b
     producer.send(topic, key=key, value=value, partition=0, headers=list(headers)).get(30)
 
 
-def high_watermarks(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """Each partition's end (next offset), as the planner reads it."""
-    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers]}, Subscription(topics=(topic,)))
+def high_watermarks(bootstrap_servers: str, topic: str, partitions: Iterable[int],
+                    isolation_level: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end (next offset), as the planner reads it (read_committed: the last stable offset)."""
+    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers], "isolation_level": isolation_level},
+                             Subscription(topics=(topic,)))
     try:
         return {p: end for (_, p), end in metadata.high_watermarks([(topic, p) for p in partitions]).items()}
     finally:

@@ -19,20 +19,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
-from synclib.kafka.subscription import Subscription
 from tests import mock_cluster
-from tests.librdkafka import Produced, Record, produce_burst, producer
+from tests.librdkafka import Record, produce_burst, producer, transaction
+from tests.support import high_watermarks
 
 SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 STALL_TIMEOUT_S = 10.0
 NO_ABORTED_INDEX = ("Tansu 0.6 keeps no aborted-transaction index (fetch responses under read_committed list no "
                     "aborted transactions, so aborted records come back) and answers ListOffsets(read_committed) "
                     "with 0 while a transaction is open")
-MOCK_MARKERS = (f"{mock_cluster.NAME}: transaction control batches fail kafka-python's CRC check; no last stable "
-                "offset or aborted-transaction index (read_committed returns aborted and open transactions' records)")
+MOCK_NO_TRANSACTIONS = (f"{mock_cluster.NAME}: control batches with CRC 0, no last stable offset and no "
+                        "aborted-transaction index (read_committed returns aborted and open transactions' records)")
 
 
 def records(tag: str, count: int) -> list[Record]:
@@ -46,26 +45,9 @@ def transactional_producer(bootstrap_servers: str) -> Any:
     return kafka
 
 
-def in_transaction(kafka: Any, topic: str, batch: list[Record], *, commit: bool | None) -> list[Produced]:
-    """Records in one transaction: committed, aborted, or (None) left open. The records reach
-    the log before the marker."""
-    kafka.begin_transaction()
-    produced = produce_burst(kafka, topic, 0, batch)
-    if commit is True:
-        kafka.commit_transaction(30)
-    elif commit is False:
-        kafka.abort_transaction(30)
-    return produced
-
-
 def ends(bootstrap_servers: str, topic: str, isolation_level: str) -> int:
     """The planner's end of partition 0 (high watermark, or last stable offset)."""
-    metadata = KafkaMetadata({"bootstrap_servers": [bootstrap_servers], "isolation_level": isolation_level},
-                             Subscription(topics=(topic,)))
-    try:
-        return metadata.high_watermarks([(topic, 0)])[(topic, 0)]
-    finally:
-        metadata.close()
+    return high_watermarks(bootstrap_servers, topic, [0], isolation_level)[0]
 
 
 def read(bootstrap_servers: str, topic: str, start: int, end: int, isolation_level: str = "read_uncommitted"
@@ -79,13 +61,13 @@ def read(bootstrap_servers: str, topic: str, start: int, end: int, isolation_lev
     return pa.Table.from_batches(batches, SCHEMA).column("offset").to_pylist(), time.monotonic() - began
 
 
-@pytest.mark.unsupported_on(mock_cluster.NAME, MOCK_MARKERS)
+@mock_cluster.CONTROL_BATCHES_WITHOUT_CRC
 def test_ranges_ending_in_control_markers_reach_their_end(bootstrap_servers: str, new_topic: Any) -> None:
     topic = new_topic("txn")
     kafka = transactional_producer(bootstrap_servers)
-    committed = in_transaction(kafka, topic, records("committed", 30), commit=True)
-    aborted = in_transaction(kafka, topic, records("aborted", 20), commit=False)
-    last = in_transaction(kafka, topic, records("last", 10), commit=True)
+    committed = transaction(kafka, topic, 0, records("committed", 30), commit=True)
+    aborted = transaction(kafka, topic, 0, records("aborted", 20), commit=False)
+    last = transaction(kafka, topic, 0, records("last", 10), commit=True)
     data = [p.offset for p in committed + aborted + last]
     end = ends(bootstrap_servers, topic, "read_uncommitted")
     markers = sorted(set(range(end)) - set(data))
@@ -103,14 +85,15 @@ def test_ranges_ending_in_control_markers_reach_their_end(bootstrap_servers: str
 
 
 @pytest.mark.unsupported_on("tansu", NO_ABORTED_INDEX)
-@pytest.mark.unsupported_on(mock_cluster.NAME, MOCK_MARKERS)
+@pytest.mark.unsupported_on(mock_cluster.NAME, MOCK_NO_TRANSACTIONS)
 def test_read_committed_skips_aborted_records_and_stops_at_the_last_stable_offset(
         bootstrap_servers: str, new_topic: Any) -> None:
     topic = new_topic("txn-committed")
     kafka = transactional_producer(bootstrap_servers)
-    committed = in_transaction(kafka, topic, records("committed", 30), commit=True)
-    aborted = in_transaction(kafka, topic, records("aborted", 20), commit=False)
-    open_transaction = in_transaction(kafka, topic, records("open", 10), commit=None)
+    committed = transaction(kafka, topic, 0, records("committed", 30), commit=True)
+    aborted = transaction(kafka, topic, 0, records("aborted", 20), commit=False)
+    kafka.begin_transaction()
+    open_transaction = produce_burst(kafka, topic, 0, records("open", 10))
 
     stable = ends(bootstrap_servers, topic, "read_committed")
     assert stable == open_transaction[0].offset  # no further than the open transaction's first record
