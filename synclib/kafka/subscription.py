@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -12,7 +11,7 @@ class Subscription:
     """Exactly one of: topics (subscribe), pattern (subscribePattern), assignment (assign)."""
 
     topics: tuple[str, ...] = ()
-    pattern: Optional[str] = None
+    pattern: str | None = None
     assignment: tuple[tuple[str, int], ...] = ()
 
     def matches(self, topic: str) -> bool:
@@ -26,7 +25,7 @@ class Subscription:
         return not self.assignment or (topic, partition) in self.assignment
 
     @property
-    def named_topics(self) -> Optional[tuple[str, ...]]:
+    def named_topics(self) -> tuple[str, ...] | None:
         """The topics to describe, or None when every topic must be listed (a pattern)."""
         if self.pattern is not None:
             return None
