@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -162,6 +163,18 @@ def test_a_new_checkpoint_resumes_from_the_table_after_compaction_vacuum_and_log
     assert table.transaction_version("synclib-q") == 19  # from the checkpoint
     batches.commit(19)  # the replay of the last batch after a crash is skipped
     assert batches.offsets() == list(range(20 * ROWS))
+
+
+def test_the_commit_notices_a_table_replaced_under_the_same_path(tmp_path: Path) -> None:
+    """The writer keeps the table open between batches; a new table at the same path is not
+    mistaken for the old one (whose transaction says batch 0 is done)."""
+    batches = Batches(tmp_path)
+    batches.run(3)
+    shutil.rmtree(batches.table)
+
+    batches.commit(0)
+
+    assert batches.offsets() == list(range(ROWS))
 
 
 def test_maintain_command_runs_one_pass(tmp_path: Path) -> None:
