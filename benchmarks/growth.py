@@ -156,7 +156,7 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
     maintenance_s = None
     if mode == "on":
         started = time.perf_counter()
-        maintenance.run_pass(table.path, MaintenanceConfig(min_age="0s"))
+        maintenance.run_pass(table.path, MaintenanceConfig.model_validate({"min_age": "0s"}))
         maintenance_s = round(time.perf_counter() - started, 2)
     delta_table._open_tables.clear()
     table.micro_batch(reopen=False)  # the first commit of a run opens the table
