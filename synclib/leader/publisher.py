@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.errors import NoError
@@ -33,11 +34,11 @@ class ProgressPublisher:
     `commit_to_group`, and to `commit_log_topic` when given; `client_config` is kafka-python's."""
 
     def __init__(self, client_config: Mapping[str, Any], group: str, *, commit_to_group: bool,
-                 commit_log_topic: Optional[str]) -> None:
+                 commit_log_topic: str | None) -> None:
         self._group = group
         self._topic = commit_log_topic
-        self._admin: Optional[KafkaAdminClient] = None
-        self._producer: Optional[KafkaProducer] = None
+        self._admin: KafkaAdminClient | None = None
+        self._producer: KafkaProducer | None = None
         if commit_to_group:
             self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-progress")
         if self._topic:
