@@ -183,6 +183,14 @@ def test_a_missing_hook_is_not_used(monkeypatch: pytest.MonkeyPatch, fresh_proce
     assert fetch_path.fast_path_problem() == "kafka-python's fetcher internals lack _unpack_records"
 
 
+def test_a_consumer_without_the_fetcher_is_not_hooked() -> None:
+    class NotAConsumer:
+        _fetcher = object()
+
+    assert kafka_python.install(NotAConsumer(), arrow_partition_records()) == (
+        "kafka-python's consumer has no fetcher with a PartitionRecords class")
+
+
 def test_a_decoder_that_disagrees_fails_the_self_check(monkeypatch: pytest.MonkeyPatch, fresh_process: None) -> None:
     """A kafka-python change that alters the batches the hook sees (here: timestamps) is caught."""
     real = kafka_python.partition_records_class
