@@ -17,9 +17,10 @@ For each mode a table is aged to 100 versions, measured, aged to `--versions`, m
 
 Modes: `off` (no maintenance: Delta log checkpoints every 100 versions from the commits'
 post-commit hook, as before maintenance existed), `on` (a maintenance pass with the default
-settings, min_age 0, before each measurement, and batch commits leaving checkpoints to it)
-and `reopen` (like `off`, but the table is reopened for every commit, the commit path before
-incremental updates).
+settings, min_age 0, before each measurement, and batch commits leaving checkpoints to it),
+`on-log-10m` (the same with `log_retention: 10m`: every delta-rs update lists the log, so the
+log's length is per-batch cost) and `reopen` (like `off`, but the table is reopened for every
+commit, the commit path before incremental updates).
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ SCHEMA = StructType([
     StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
 ])
 TOPIC = "events"
-MODES = ("off", "on", "reopen")
+# mode -> the maintenance settings of its pass before each measurement (None: no maintenance)
+MAINTENANCE: dict[str, dict[str, str] | None] = {
+    "off": None, "on": {"min_age": "0s"}, "on-log-10m": {"min_age": "0s", "log_retention": "10m"}, "reopen": None,
+}
+MODES = tuple(MAINTENANCE)
 YOUNG_AGE = 100
 
 
@@ -154,9 +159,10 @@ class GrowingTable:
 
 def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measurement:
     maintenance_s = None
-    if mode == "on":
+    settings = MAINTENANCE[mode]
+    if settings is not None:
         started = time.perf_counter()
-        maintenance.run_pass(table.path, MaintenanceConfig.model_validate({"min_age": "0s"}))
+        maintenance.run_pass(table.path, MaintenanceConfig.model_validate(settings))
         maintenance_s = round(time.perf_counter() - started, 2)
     delta_table._open_tables.clear()
     table.micro_batch(reopen=False)  # the first commit of a run opens the table
@@ -176,11 +182,11 @@ def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[s
     for mode in modes:
         directory = workdir / mode
         shutil.rmtree(directory, ignore_errors=True)
-        table = GrowingTable(directory, rows, log_checkpoints=mode != "on")
+        table = GrowingTable(directory, rows, log_checkpoints=MAINTENANCE[mode] is None)
         for age in (YOUNG_AGE, versions):
             started = time.perf_counter()
             table.age_to(age)
-            if mode != "on":  # what the post-commit hook would have written on the way
+            if MAINTENANCE[mode] is None:  # what the post-commit hook would have written on the way
                 DeltaTable(table.path).create_checkpoint()
             aged_s = time.perf_counter() - started
             result = measure(table, mode, batches, age)
