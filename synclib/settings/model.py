@@ -23,6 +23,8 @@ KeyPath = tuple[str, ...]  # a setting's keys from the root: ("kafka", "security
 
 # Annotated metadata of a field whose explicit null means None, not the default.
 KEEP_NULL = "keep-null"
+# pydantic's error types of a key the section does not have (a name, or not even a string).
+_UNKNOWN_KEY = ("extra_forbidden", "invalid_key")
 
 
 class Invalid(ValueError):
@@ -72,7 +74,7 @@ class Naming:
 def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tuple[KeyPath, str]:
     """The setting and the problem of the error to report first (unknown keys before the rest)."""
     errors = error.errors(include_url=False)
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    first = next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
     path = tuple(str(part) for part in first["loc"])
     kind, context = first["type"], first.get("ctx") or {}
     cause = context.get("error")
@@ -84,7 +86,7 @@ def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tu
     if isinstance(cause, Invalid):
         detail = f" ({cause.detail})" if cause.detail else ""
         return path, f"expected {cause.expected}, got {value}{detail}"
-    if kind == "extra_forbidden":
+    if kind in _UNKNOWN_KEY:
         return path, f"unknown {naming.noun}" + suggestion(path, known_names(root, path[:-1]))
     if kind == "missing":
         return path, f"missing required {'section' if known_names(root, path) else naming.noun}"

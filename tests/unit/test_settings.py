@@ -203,3 +203,11 @@ def test_settings_import_no_spark_and_no_higher_layer():
             "['synclib', 'embedded'])))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
+    path = tmp_path / "forwarder.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'k:9092'}\nsource: {subscribe: events, 1: x}\n"
+                    "sink: {path: x}\ncheckpoint: {location: c}\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: source.1: unknown key (known keys: assign, ")):
+        load_config(path)
