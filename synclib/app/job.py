@@ -23,6 +23,7 @@ import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from synclib.app.monitoring import Monitoring
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.source.status import PlannerStatus
 
@@ -48,6 +49,8 @@ def parse_args(argv: Sequence[str], default_config: Optional[str] = None) -> arg
                         help="override a config key, e.g. --set source.max_offsets_per_trigger=1000")
     parser.add_argument("--available-now", action="store_true",
                         help="forward what is releasable now, then stop (Trigger.AvailableNow)")
+    parser.add_argument("--healthcheck-file", metavar="PATH",
+                        help="touch PATH while the query is healthy (monitoring.healthcheck_file)")
     return parser.parse_args(argv)
 
 
@@ -113,6 +116,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[str] = N
     conf/local.yaml), since an installed package cannot know where a checkout is."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
     overrides = list(args.overrides) + (["trigger.available_now=true"] if args.available_now else [])
+    if args.healthcheck_file:
+        overrides.append(f"monitoring.healthcheck_file={json.dumps(args.healthcheck_file)}")  # a YAML string
     try:
         config = load_config(args.config, overrides)
         transform = load_transform(config.transform, args.config) if config.transform else None
@@ -182,12 +187,17 @@ class Forwarder:
     def __init__(self, config: ForwarderConfig, transform: Optional[Transform]) -> None:
         self.config = config
         self.transform = transform
+        source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
+        self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
+                                     stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
+                                                       source.read_stall_timeout) + config.trigger.processing_time)
 
     def run(self) -> int:
         spark = self._session()
         stop = StopRequest()
         stop.install(spark)
         with ExitStack() as resources:
+            resources.enter_context(self.monitoring)
             bootstrap = self.config.kafka.bootstrap_servers
             run_for: Optional[float] = None
             if self.config.kafka.embedded:
@@ -262,7 +272,9 @@ class Forwarder:
         options, path = self.config.sink.maintenance, self.config.sink.path
         if not options.enabled:
             return contextlib.nullcontext()
-        on_pass = [lambda report: print(report.summary(), flush=True)] if self.config.logging.progress else []
+        on_pass = [lambda report: self.monitoring.maintenance_run()]
+        if self.config.logging.progress:
+            on_pass.append(lambda report: print(report.summary(), flush=True))
         spark_pass = None
         if resolve_engine(spark, self.config.sink.engine) == DELTA_SPARK:
             spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
@@ -302,11 +314,13 @@ class Forwarder:
         return self._finish(status_path, headline)
 
     def _report(self, query: Any, reporter: ProgressReporter, status_path: str) -> None:
-        if not self.config.logging.progress:
-            return
         # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
         progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows} for p in query.recentProgress]
-        for line in reporter.update(progresses, PlannerStatus.read(status_path)):
+        status = PlannerStatus.read(status_path)
+        self.monitoring.observe(query.isActive, progresses, status)
+        if not self.config.logging.progress:
+            return
+        for line in reporter.update(progresses, status):
             print(line, flush=True)
 
     @staticmethod
