@@ -1,14 +1,15 @@
-"""The benchmark job: forwarder throughput against a raw kafka-python consumer, gate latency
-and peak memory, in one run on the embedded broker or on a given cluster.
+"""The benchmark job: forwarder throughput against raw kafka-python and librdkafka consumers,
+gate latency and peak memory, in one run on the embedded broker or on a given cluster.
 
 After one untimed forwarder pass over the backlog (JIT compilation, Python workers), per run
 (`--runs K`, medians reported), on one backlog of `--messages` records per partition:
 
-1. reference: one kafka-python consumer (the read path's client settings, crc32c when
-   installed) reads the whole backlog in this process: msg/s;
+1. references, each reading the whole backlog in this process: one kafka-python consumer
+   (the read path's client settings, crc32c when installed), then one librdkafka consumer
+   (confluent-kafka, batch `consume`, CRCs checked as the forwarder does): msg/s;
 2. forwarder: the leader's commit log first releases a warm-up slice, then the whole
    backlog; rows/s from the start of the first batch after the warm-up to the Delta commit
-   that holds the last row, and the ratio to (1); peak RSS of the process tree meanwhile;
+   that holds the last row, and the ratio to each reference; peak RSS of the process tree meanwhile;
 3. gate latency: a producer keeps writing while the leader commits in steps at random
    intervals; per step, from the commit-log message being acknowledged to a Delta commit
    holding its offsets appearing in the table's log (polled every 10 ms).
@@ -35,18 +36,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
+import confluent_kafka
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from benchmarks.procmem import TreeMemory
+from synclib.delta.writer import META_BATCH_ID, META_OFFSETS
 from synclib.kafka import client_config as kafkaconf
 from synclib.kafka import reader as partition_reader
 from synclib.leader.commitlog import Commit, encode_commit
 from synclib.settings import ForwarderConfig, load_config
-from benchmarks.procmem import TreeMemory
-from synclib.delta.writer import META_BATCH_ID, META_OFFSETS
 
 logger = logging.getLogger("benchmarks.benchmark")
 
@@ -55,6 +58,14 @@ DEFAULT_OUTPUT = "benchmark-results.json"
 LEADER_GROUP = "benchmark-leader"
 WAIT_TIMEOUT_S = 600.0
 LOG_POLL_S = 0.01
+LIBRDKAFKA_BATCH = 10_000  # messages per consume() call
+# kafka-python client settings -> librdkafka's, for the reference consumer on secured clusters.
+LIBRDKAFKA_NAMES = {
+    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanisms",
+    "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
+}
 
 PartitionEnds = dict[int, int]
 
@@ -107,10 +118,10 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
 def _percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+def _median(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
@@ -122,7 +133,7 @@ class SeenCommit:
     version: int
     seen_at: float  # time.time() when the poller first saw the log file
     committed_at: float  # the commit's own timestamp
-    batch_id: Optional[int]
+    batch_id: int | None
     offsets: dict[str, dict[str, int]]
 
 
@@ -141,7 +152,7 @@ class DeltaLogWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="delta-log-watcher", daemon=True)
 
-    def __enter__(self) -> "DeltaLogWatcher":
+    def __enter__(self) -> DeltaLogWatcher:
         self._thread.start()
         return self
 
@@ -170,7 +181,7 @@ class DeltaLogWatcher:
                 version += 1
 
     @staticmethod
-    def _parse(version: int, seen_at: float, lines: Sequence[str]) -> Optional[SeenCommit]:
+    def _parse(version: int, seen_at: float, lines: Sequence[str]) -> SeenCommit | None:
         for line in lines:
             info = json.loads(line).get("commitInfo") if line.strip() else None
             if info is None:
@@ -215,16 +226,16 @@ class LiveProducer:
     formatted values, not to steal the forwarder's CPU), each burst ending with a single-record
     batch per partition, as the embedded broker needs for exact high watermarks."""
 
-    def __init__(self, cluster: "Cluster", topic: str, rate: float, value_bytes: int) -> None:
+    def __init__(self, cluster: Cluster, topic: str, rate: float, value_bytes: int) -> None:
         self._cluster, self._topic, self._rate = cluster, topic, rate
         self._event = event_values(value_bytes)
         self._produced: PartitionEnds = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._failure: Optional[BaseException] = None
+        self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="live-producer", daemon=True)
 
-    def __enter__(self) -> "LiveProducer":
+    def __enter__(self) -> LiveProducer:
         self._thread.start()
         return self
 
@@ -343,6 +354,35 @@ def reference_rate(client_config: Mapping[str, Any], topic: str, ends: Partition
         consumer.close()
 
 
+def librdkafka_rate(client_config: Mapping[str, Any], topic: str, ends: PartitionEnds) -> float:
+    """msg/s of one librdkafka consumer (confluent-kafka) reading the whole backlog with batch
+    `consume` calls; it checks CRCs, as kafka-python and the forwarder do (librdkafka's default
+    does not)."""
+    settings = {librdkafka: client_config[name] for name, librdkafka in LIBRDKAFKA_NAMES.items()
+                if client_config.get(name) is not None}
+    consumer = confluent_kafka.Consumer({
+        **settings, "bootstrap.servers": ",".join(client_config["bootstrap_servers"]),
+        "group.id": f"synclib-benchmark-{os.getpid()}", "enable.auto.commit": False,
+        "enable.auto.offset.store": False, "check.crcs": True,
+    })
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                         for p in sorted(ends)])
+        total, count = sum(ends.values()), 0
+        started = time.monotonic()
+        while count < total:
+            for message in consumer.consume(num_messages=LIBRDKAFKA_BATCH, timeout=1.0):
+                error = message.error()
+                if error is not None:
+                    raise RuntimeError(f"librdkafka reference consumer: {error}")
+                count += 1
+            if time.monotonic() - started > WAIT_TIMEOUT_S:
+                raise TimeoutError(f"librdkafka reference consumer read {count} of {total} records")
+        return count / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
 # --- the forwarder -------------------------------------------------------------------------
 
 def _stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
@@ -355,7 +395,7 @@ def _stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
 
 class Bench:
     def __init__(self, settings: Settings, config_path: str, overrides: Sequence[str], bootstrap: str,
-                 cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: Optional[int]) -> None:
+                 cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None) -> None:
         self.settings = settings
         self.config_path = config_path
         self.overrides = list(overrides)
@@ -367,8 +407,8 @@ class Bench:
 
     def config(self, topic: str, log_topic: str, name: str) -> ForwarderConfig:
         root = os.path.join(self.workdir, name)
-        return load_config(self.config_path, self.overrides + [
-            f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null", f"source.subscribe={topic}",
+        return load_config(self.config_path, [
+            *self.overrides, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null", f"source.subscribe={topic}",
             "source.subscribe_pattern=null", "source.assign=null", "source.remote_offsets=commit_log",
             f"source.commit_log_topic={log_topic}", f"source.commit_groups=[{LEADER_GROUP}]",
             "source.starting_offsets=earliest", f"sink.path={root}/table",
@@ -378,9 +418,9 @@ class Bench:
 
     @contextmanager
     def forwarder(self, topic: str, log_topic: str, name: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
-        from synclib.app.job import Forwarder
-
         from pyspark.sql import SparkSession
+
+        from synclib.app.job import Forwarder
 
         config = self.config(topic, log_topic, name)
         status_path = os.path.join(self.workdir, name, "status.json")
@@ -414,7 +454,7 @@ class Bench:
                 "cpu_s": memory.cpu_seconds_by_role()}
 
     @staticmethod
-    def _progress_until(query: Any, batch_id: Optional[int]) -> list[dict[str, Any]]:
+    def _progress_until(query: Any, batch_id: int | None) -> list[dict[str, Any]]:
         deadline = time.monotonic() + 60
         while True:
             progress = [json.loads(p.json) for p in query.recentProgress]
@@ -483,7 +523,7 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                         args.memory_scale,
                         args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
     overrides = list(args.overrides) + ([f"kafka.bootstrap_servers={args.bootstrap}"] if args.bootstrap else [])
-    base = load_config(args.config, overrides + ["embedded=null"] if args.bootstrap
+    base = load_config(args.config, [*overrides, "embedded=null"] if args.bootstrap
                        and args.bootstrap != "embedded" else overrides)
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     results: dict[str, Any] = {"settings": dataclasses.asdict(settings), "config": args.config,
@@ -509,11 +549,15 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         for index in range(settings.runs):
             with TreeMemory(jvm_pid, bench.others) as usage:
                 reference = reference_rate(client_config, topic, ends)
+            with TreeMemory(jvm_pid, bench.others) as librdkafka_usage:
+                librdkafka = librdkafka_rate(client_config, topic, ends)
             forwarder = bench.throughput(topic, ends, f"run{index}")
             latency = bench.latency(f"run{index}") if settings.latency_steps else None
             runs.append({"reference_msgs_per_s": reference, "reference_cpu_s": usage.cpu_seconds_by_role(),
-                         "forwarder": forwarder,
-                         "ratio": forwarder["rows_per_s"] / reference, "latency": latency})
+                         "librdkafka_msgs_per_s": librdkafka,
+                         "librdkafka_cpu_s": librdkafka_usage.cpu_seconds_by_role(),
+                         "forwarder": forwarder, "ratio": forwarder["rows_per_s"] / reference,
+                         "ratio_librdkafka": forwarder["rows_per_s"] / librdkafka, "latency": latency})
             _print_run(index + 1, runs[-1])
         results["runs"] = runs
         results["median"] = _medians(runs)
@@ -533,8 +577,10 @@ def _medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     latencies = [r["latency"] for r in runs if r["latency"]]
     return {
         "reference_msgs_per_s": _median([r["reference_msgs_per_s"] for r in runs]),
+        "librdkafka_msgs_per_s": _median([r["librdkafka_msgs_per_s"] for r in runs]),
         "forwarder_rows_per_s": _median([r["forwarder"]["rows_per_s"] for r in runs]),
         "ratio": _median([r["ratio"] for r in runs]),
+        "ratio_librdkafka": _median([r["ratio_librdkafka"] for r in runs]),
         "latency_p50_s": _median([x["p50_s"] for x in latencies]),
         "latency_p99_s": _median([x["p99_s"] for x in latencies]),
         "latency_max_s": max((x["max_s"] for x in latencies), default=None),
@@ -543,7 +589,7 @@ def _medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Peak RSS per role at N and at the larger backlog, and their ratio."""
-    (small, at_n), (large, at_large) = phases.items()
+    (_, at_n), (_, at_large) = phases.items()
     return {
         "rows": {label: phase["rows"] for label, phase in phases.items()},
         "rows_per_s": {label: phase["rows_per_s"] for label, phase in phases.items()},
@@ -553,12 +599,13 @@ def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _targets(results: Mapping[str, Any]) -> dict[str, Optional[bool]]:
+def _targets(results: Mapping[str, Any]) -> dict[str, bool | None]:
     median = results["median"]
     memory = results.get("memory")
     p50, p99 = median["latency_p50_s"], median["latency_p99_s"]
     return {
         "ratio >= 1.5": median["ratio"] >= 1.5,
+        "ratio to librdkafka >= 1.0": median["ratio_librdkafka"] >= 1.0,
         "latency p50 <= 1s": None if p50 is None else p50 <= 1.0,
         "latency p99 <= 3s": None if p99 is None else p99 <= 3.0,
         "peak memory at the larger backlog <= 1.2x N (total)":
@@ -570,20 +617,23 @@ def _print_run(number: int, run: Mapping[str, Any]) -> None:
     forwarder, latency = run["forwarder"], run["latency"]
     lat = "-" if latency is None else f"{latency['p50_s']:.2f}/{latency['p99_s']:.2f}/{latency['max_s']:.2f}"
     mem = forwarder["memory_mib"]
-    print(f"{number:>6} {run['reference_msgs_per_s']:>12,.0f} {forwarder['rows_per_s']:>12,.0f} "
-          f"{run['ratio']:>6.2f} {forwarder['batches']:>7} {lat:>16} {mem.get('total', 0):>10,.0f}", flush=True)
+    print(f"{number:>6} {run['reference_msgs_per_s']:>13,.0f} {run['librdkafka_msgs_per_s']:>12,.0f} "
+          f"{forwarder['rows_per_s']:>12,.0f} {run['ratio']:>10.2f} {run['ratio_librdkafka']:>10.2f} "
+          f"{forwarder['batches']:>7} {lat:>16} {mem.get('total', 0):>10,.0f}", flush=True)
 
 
 def print_report(results: Mapping[str, Any]) -> None:
     median, env = results["median"], results["environment"]
     lat = "-" if median["latency_p50_s"] is None else (
         f"{median['latency_p50_s']:.2f}/{median['latency_p99_s']:.2f}/{median['latency_max_s']:.2f}")
-    print(f"{'median':>6} {median['reference_msgs_per_s']:>12,.0f} {median['forwarder_rows_per_s']:>12,.0f} "
-          f"{median['ratio']:>6.2f} {'':>7} {lat:>16}")
+    print(f"{'median':>6} {median['reference_msgs_per_s']:>13,.0f} {median['librdkafka_msgs_per_s']:>12,.0f} "
+          f"{median['forwarder_rows_per_s']:>12,.0f} {median['ratio']:>10.2f} {median['ratio_librdkafka']:>10.2f} "
+          f"{'':>7} {lat:>16}")
     memory = results.get("memory")
     if memory:
         for label, peaks in memory["peak_mib"].items():
-            print(f"peak RSS MiB at {label:>4} ({memory['rows'][label]:,} rows, {memory['rows_per_s'][label]:,.0f} rows/s): "
+            print(f"peak RSS MiB at {label:>4} ({memory['rows'][label]:,} rows, "
+                  f"{memory['rows_per_s'][label]:,.0f} rows/s): "
                   + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
         print("ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in memory["ratio"].items()))
     print("targets: " + ", ".join(f"{k}: {'-' if v is None else 'met' if v else 'NOT met'}"
@@ -592,7 +642,7 @@ def print_report(results: Mapping[str, Any]) -> None:
           f"load {env['load_avg'][0]:.2f} -> {env['load_avg_end'][0]:.2f}, crc32c native: {env['kafka_crc32c_native']}")
 
 
-def main(argv: Optional[Sequence[str]] = None, default_config: str = DEFAULT_CONFIG) -> int:
+def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG) -> int:
     """Run the benchmark; `default_config` is the forwarder YAML used without --config (the job
     passes the repository's conf/local.yaml: spark-submit may import synclib from a zip)."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
@@ -612,8 +662,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: str = DEFAULT_CON
         builder = builder.master("local[2]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    print(f"{'run':>6} {'reference/s':>12} {'forwarder/s':>12} {'ratio':>6} {'batches':>7} "
-          f"{'lat p50/p99/max':>16} {'peak MiB':>10}", flush=True)
+    print(f"{'run':>6} {'kafka-python/s':>13} {'librdkafka/s':>12} {'forwarder/s':>12} {'x kafka-py':>10} "
+          f"{'x rdkafka':>10} {'batches':>7} {'lat p50/p99/max':>16} {'peak MiB':>10}", flush=True)
     results = run(spark, args)
     print_report(results)
     output = os.path.abspath(args.output)

@@ -36,6 +36,8 @@ NAME = "librdkafka-mock"
 NO_GROUP_OFFSET_LISTING = pytest.mark.unsupported_on(
     NAME, f"{NAME}: OffsetFetch of all of a group's partitions (null topic list) answers a null topic "
           "array, which kafka-python cannot read")
+NO_CREATE_TOPICS = pytest.mark.unsupported_on(
+    NAME, f"{NAME}: no CreateTopics/DeleteTopics requests (the tests create topics through its C API)")
 CONTROL_BATCHES_WITHOUT_CRC = pytest.mark.unsupported_on(
     NAME, f"{NAME}: writes transaction control batches with CRC 0 (rdkafka_mock.c: the mock does not validate "
           "CRCs), which kafka-python's CRC check rejects")
