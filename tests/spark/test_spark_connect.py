@@ -69,10 +69,11 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.wait()
 
 
+@pytest.mark.slow
 def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSession, bootstrap_servers: str,
                                              producer, new_topic, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The job, as a Spark Connect client, releases exactly what the leader committed into Delta
-    (delta-rs sink), and says which JVM conveniences it goes without."""
+    (delta-rs sink), says which JVM conveniences it goes without, and keeps its health check."""
     events, log = new_topic("events", 2), new_topic("commit-log")
     leader = f"leader-{uuid.uuid4().hex[:8]}"
     for partition in (0, 1):
@@ -84,7 +85,9 @@ def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSe
     config = write_config(tmp_path, "fwd", bootstrap_servers, {
         "subscribe": events, "commit_log_topic": log, "commit_groups": [leader]})
 
-    run = subprocess.run([sys.executable, str(JOB), "--config", str(config), "--available-now"],
+    health = tmp_path / "healthy"
+    run = subprocess.run([sys.executable, str(JOB), "--config", str(config), "--available-now",
+                          "--healthcheck-file", str(health)],
                          env={**os.environ, "SPARK_REMOTE": connect_server, "PYSPARK_PYTHON": sys.executable},
                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
@@ -98,3 +101,5 @@ def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSe
     assert_df_equality(spark.createDataFrame(data.to_pylist(), ROWS), spark.createDataFrame(expected, ROWS),
                        ignore_row_order=True, ignore_nullable=True)
     assert "Spark Connect session (no JVM in this process): JVM signal handlers not installed" in run.stderr
+    assert "Spark Connect session (no JVM in this process): sink.engine auto" in run.stderr
+    assert health.exists()  # touched while the query ran (the planner's status is on this machine)
