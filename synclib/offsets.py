@@ -11,6 +11,8 @@ from typing import Any
 
 TopicPartitionKey = tuple[str, int]
 PartitionOffsets = dict[TopicPartitionKey, int]
+# Spark's offsets JSON, decoded: {"topic": {"partition": offset}}; Spark hands it over untyped.
+OffsetsJson = dict[str, Any]
 
 # Spark's special offsets inside startingOffsets JSON.
 EARLIEST = -2

@@ -8,14 +8,15 @@ only seen every `poll_interval_s`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from synclib.kafka import client_config as kafkaconf
-from synclib.leader.commitlog import Commit
 from synclib.kafka.admin import group_offsets
+from synclib.leader.commitlog import Commit
 from synclib.leader.tracker import RemoteOffsetsTracker
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class GroupOffsetsPoller(RemoteOffsetsTracker):
         client_config: Mapping[str, Any],
         *,
         poll_interval_s: float = 1.0,
-        unreachable_timeout_s: Optional[float] = kafkaconf.DEFAULT_DEADLINE_S,
+        unreachable_timeout_s: float | None = kafkaconf.DEFAULT_DEADLINE_S,
     ) -> None:
         super().__init__(f"group offsets poller for groups {list(groups)}", groups, unreachable_timeout_s)
         self._client_config = dict(client_config)

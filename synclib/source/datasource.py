@@ -13,29 +13,45 @@ import logging
 import signal
 import threading
 import time
-from typing import Any, Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from synclib.compat import pyspark as spark_compat
+from synclib.kafka.admin import KafkaMetadata
+from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
 from synclib.leader.tracker import RemoteOffsetsTracker
-from synclib.kafka.admin import KafkaMetadata
-from synclib.offsets import EARLIEST, LATEST, parse_offsets_json, to_offsets_json
+from synclib.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsJson,
+    PartitionOffsets,
+    TopicPartitionKey,
+    parse_offsets_json,
+    to_offsets_json,
+)
 from synclib.settings.source import SourceOptions
-from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
-from synclib.source.planning import PartitionOffsets, TopicPartitionKey, cap_offsets, limit_rows, plan_end_offsets
+from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets
 from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager, get_state_from_offsets
 from synclib.source.status import (
-    CommitLogStatus, PartitionStatus, PlannerStatus, group_offsets, leader_commit_age,
+    CommitLogStatus,
+    PartitionStatus,
+    PlannerStatus,
+    group_offsets,
+    leader_commit_age,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,7 +85,7 @@ class SynchronizedKafkaDataSource(DataSource):
     def schema(self) -> str:
         return output_schema_ddl(SourceOptions.from_spark(self.options).include_headers)
 
-    def streamReader(self, schema: StructType) -> "SynchronizedKafkaStreamReader":
+    def streamReader(self, schema: StructType) -> SynchronizedKafkaStreamReader:
         return SynchronizedKafkaStreamReader(SourceOptions.from_spark(self.options), schema)
 
 
@@ -92,8 +108,8 @@ class _Planner:
             commit_log_topic=options.publish_commit_log,
         ) if (options.commit_to_consumer_group or options.publish_commit_log) else None
         self.high_watermarks: dict[TopicPartitionKey, int] = {}
-        self._topic_ids: dict[str, Optional[str]] = {}
-        self._remote_changed_at: dict[TopicPartitionKey, tuple[Optional[int], float]] = {}
+        self._topic_ids: dict[str, str | None] = {}
+        self._remote_changed_at: dict[TopicPartitionKey, tuple[int | None, float]] = {}
         self.stale: set[TopicPartitionKey] = set()
 
     def releasable(self, start: PartitionOffsets) -> tuple[PartitionOffsets, PartitionOffsets]:
@@ -136,7 +152,7 @@ class _Planner:
             logger.warning("%s; restarting the partition from earliest (failOnDataLoss=false)", message)
         return self.metadata.earliest_offsets(moved)
 
-    def _track_staleness(self, start: PartitionOffsets, remote: dict[TopicPartitionKey, Optional[int]]) -> None:
+    def _track_staleness(self, start: PartitionOffsets, remote: dict[TopicPartitionKey, int | None]) -> None:
         now = time.monotonic()
         for tp, local in start.items():
             offset = remote.get(tp)
@@ -210,9 +226,9 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self._planner: Optional[_Planner] = None
-        self._target: Optional[PartitionOffsets] = None
-        self._last_end: Optional[PartitionOffsets] = None
+        self._planner: _Planner | None = None
+        self._target: PartitionOffsets | None = None
+        self._last_end: PartitionOffsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -228,7 +244,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
 
     # -- offsets ---------------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetsJson:
         planner = self.planner
         partitions = planner.metadata.partitions()
         starting = self.options.starting
@@ -259,7 +275,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         return {tp: earliest.get(tp, 0) if given.get(tp, EARLIEST) == EARLIEST
                 else latest.get(tp, 0) if given[tp] == LATEST else given[tp] for tp in wanted}
 
-    def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
+    def latestOffset(self, start: OffsetsJson | None = None, limit: ReadLimit | None = None) -> OffsetsJson:
         if start is None:  # Spark 4.0/4.1 runners call latestOffset() without arguments
             start_offsets = self._last_end if self._last_end is not None else parse_offsets_json(self.initialOffset())
             limit = self.getDefaultReadLimit()
@@ -285,7 +301,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             return ReadMaxRows(self.options.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> OffsetsJson | None:
         hw = self.planner.high_watermarks
         return to_offsets_json(hw) if hw else None
 
@@ -300,7 +316,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
 
     # -- partitions and reading --------------------------------------------------------
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
         """The offset ranges with work, packed and split into tasks (`plan_tasks`). A partition
         new in this batch, or moved back to earliest after its topic was recreated (end below
         start), reads from earliest."""
@@ -338,7 +354,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             stall_timeout_s=self.options.read_stall_timeout,
         )
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetsJson) -> None:
         """Nothing to release: reading holds no broker-side state."""
 
     def stop(self) -> None:

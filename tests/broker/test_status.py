@@ -15,10 +15,10 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from synclib.app import status
-from synclib.settings import load_config
-from synclib.embedded.broker import free_port
-from synclib.delta.writer import commit_metadata
 from synclib.delta.table import table_summary
+from synclib.delta.writer import commit_metadata
+from synclib.embedded.broker import free_port
+from synclib.settings import load_config
 from tests import mock_cluster
 from tests.forwarder_runs import ROOT, commit_group, run_status, start_forwarder, write_config
 from tests.support import produce_values, publish_commit, wait_until

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 import pytest
 import yaml
@@ -23,12 +24,19 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from synclib.settings import load_config
 from synclib.app.job import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.world import EventProducer, SimulatedLeader
-from tests.forwarder_runs import (ROOT, RUN_TIMEOUT_S, forwarder_command, run_forwarder, start_forwarder,
-                                  table_offsets, write_config)
+from synclib.settings import load_config
+from tests.forwarder_runs import (
+    ROOT,
+    RUN_TIMEOUT_S,
+    forwarder_command,
+    run_forwarder,
+    start_forwarder,
+    table_offsets,
+    write_config,
+)
 from tests.support import produce, publish_commit, wait_until
 
 GROUP = "snuba-consumers"
@@ -298,7 +306,7 @@ def valid_settings() -> dict[str, Any]:
 
 @pytest.mark.parametrize(("edit", "args", "message"), BAD_CONFIGS)
 def test_an_invalid_config_exits_2_naming_the_key_before_spark_starts(
-        tmp_path: Path, edit: Optional[Callable[[dict[str, Any]], None]], args: tuple[str, ...],
+        tmp_path: Path, edit: Callable[[dict[str, Any]], None] | None, args: tuple[str, ...],
         message: str) -> None:
     settings = valid_settings()
     if edit is not None:

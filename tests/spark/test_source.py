@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
@@ -13,7 +13,14 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
-    ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from tests import mock_cluster
@@ -32,7 +39,7 @@ class World:
     events: str
     log: str
     tmp_path: Any
-    query: Optional[StreamingQuery] = None
+    query: StreamingQuery | None = None
 
     @property
     def name(self) -> str:
@@ -49,7 +56,7 @@ class World:
             **overrides,
         }
 
-    def start(self, trigger: Optional[dict] = None, **overrides: str) -> StreamingQuery:
+    def start(self, trigger: dict | None = None, **overrides: str) -> StreamingQuery:
         reader = self.spark.readStream.format("synchronized_kafka").options(**self.options(**overrides))
         writer = (reader.load().writeStream.format("memory")
                   .queryName(f"q_{uuid.uuid4().hex[:10]}")
@@ -59,7 +66,7 @@ class World:
         self.query = writer.start()
         return self.query
 
-    def commit(self, partition: int, offset: int, group: str = "snuba", topic: Optional[str] = None) -> None:
+    def commit(self, partition: int, offset: int, group: str = "snuba", topic: str | None = None) -> None:
         publish_commit(self.producer, self.log, group, topic or self.events, partition, offset)
 
     def drain(self) -> None:
@@ -78,7 +85,7 @@ class World:
             return {"partitions": [], "commit_log": {"applied": 0, "skipped_malformed": 0}}
         return json.loads(path.read_text())
 
-    def partition_status(self, partition: int, topic: Optional[str] = None) -> dict:
+    def partition_status(self, partition: int, topic: str | None = None) -> dict:
         for entry in self.status()["partitions"]:
             if entry["topic"] == (topic or self.events) and entry["partition"] == partition:
                 return entry
