@@ -14,8 +14,8 @@ from typing import Any
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from synclib.kafka import client_config as kafkaconf
 from synclib.kafka.admin import group_offsets
+from synclib.kafka.client_config import DEFAULT_DEADLINE_S, for_admin
 from synclib.leader.commitlog import Commit
 from synclib.leader.tracker import RemoteOffsetsTracker
 
@@ -31,14 +31,14 @@ class GroupOffsetsPoller(RemoteOffsetsTracker):
         client_config: Mapping[str, Any],
         *,
         poll_interval_s: float = 1.0,
-        unreachable_timeout_s: float | None = kafkaconf.DEFAULT_DEADLINE_S,
+        unreachable_timeout_s: float | None = DEFAULT_DEADLINE_S,
     ) -> None:
         super().__init__(f"group offsets poller for groups {list(groups)}", groups, unreachable_timeout_s)
         self._client_config = dict(client_config)
         self._poll_interval_s = poll_interval_s
 
     def _work(self) -> None:
-        admin = KafkaAdminClient(**kafkaconf.for_admin(self._client_config),
+        admin = KafkaAdminClient(**for_admin(self._client_config),
                                  client_id="synclib-group-offsets-poller")
         try:
             while not self._stopping.is_set():
