@@ -6,7 +6,7 @@
 #   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
-# Forwarder options (--config, --set, --available-now) may come before or after the
+# Forwarder options (--config, --set, --available-now, --healthcheck-file) may come before or after the
 # spark-submit options; everything after JOB.py goes to the job.
 # On first use it creates .venv (or $SYNCLIB_VENV) with synclib and its dependencies;
 # later runs reuse it and reinstall only when pyproject.toml changes.
@@ -80,8 +80,8 @@ spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""
 while [ $# -gt 0 ]; do
   case "$1" in
     *.py) job="$1"; shift; break ;;
-    --config|--set) [ $# -ge 2 ] || die "option $1 needs a value"; job_args+=("$1" "$2"); shift 2 ;;
-    --config=*|--set=*|--available-now) job_args+=("$1"); shift ;;
+    --config|--set|--healthcheck-file) [ $# -ge 2 ] || die "option $1 needs a value"; job_args+=("$1" "$2"); shift 2 ;;
+    --config=*|--set=*|--healthcheck-file=*|--available-now) job_args+=("$1"); shift ;;
     --py-files) [ $# -ge 2 ] || die "option $1 needs a value"; py_files=",$2"; shift 2 ;;
     --py-files=*) py_files=",${1#--py-files=}"; shift ;;
     --deploy-mode=*) deploy_mode="${1#--deploy-mode=}"; spark_args+=("$1"); shift ;;
@@ -90,7 +90,7 @@ while [ $# -gt 0 ]; do
     --master) [ $# -ge 2 ] || die "option $1 needs a value"; master="$2"; spark_args+=("$1" "$2"); shift 2 ;;
     --*=*|--verbose|-v|--supervise|--help|-h|--version) spark_args+=("$1"); shift ;;
     -*) [ $# -ge 2 ] || die "option $1 needs a value"; spark_args+=("$1" "$2"); shift 2 ;;
-    *) die "unexpected argument '$1' (a job file ends in .py; forwarder options are --config, --set, --available-now)" ;;
+    *) die "unexpected argument '$1' (a job file ends in .py; forwarder options are --config, --set, --available-now, --healthcheck-file)" ;;
   esac
 done
 job_args+=("$@")
