@@ -69,6 +69,13 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.wait()
 
 
+def run_on_connect(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The forwarder job as a Spark Connect client of the server at `url`."""
+    return subprocess.run([sys.executable, str(JOB), "--config", str(config), *args],
+                          env={**os.environ, "SPARK_REMOTE": url, "PYSPARK_PYTHON": sys.executable},
+                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
 @pytest.mark.slow
 def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSession, bootstrap_servers: str,
                                              producer, new_topic, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -86,10 +93,7 @@ def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSe
         "subscribe": events, "commit_log_topic": log, "commit_groups": [leader]})
 
     health = tmp_path / "healthy"
-    run = subprocess.run([sys.executable, str(JOB), "--config", str(config), "--available-now",
-                          "--healthcheck-file", str(health)],
-                         env={**os.environ, "SPARK_REMOTE": connect_server, "PYSPARK_PYTHON": sys.executable},
-                         cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    run = run_on_connect(connect_server, config, "--available-now", "--healthcheck-file", str(health))
 
     assert run.returncode == 0, f"forwarder exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     print(run.stdout[-2000:], run.stderr[-2000:], sep="\n")  # the Connect run's output, for the issue notes
@@ -103,3 +107,24 @@ def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSe
     assert "Spark Connect session (no JVM in this process): JVM signal handlers not installed" in run.stderr
     assert "Spark Connect session (no JVM in this process): sink.engine auto" in run.stderr
     assert health.exists()  # touched while the query ran (the planner's status is on this machine)
+
+
+@pytest.mark.slow
+def test_a_failed_query_on_spark_connect_exits_1_naming_the_cause(connect_server: str, bootstrap_servers: str,
+                                                                  producer, new_topic, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A query failing on the server (here: offsets beyond the partition's end, as after a topic
+    was recreated) fails the job with its cause; the batch's offsets, which only the JVM
+    exception carries, are missing with a log line saying so."""
+    events, log = new_topic("events"), new_topic("commit-log")
+    produce(producer, events, 0, [(None, b"x")] * 3)
+    publish_commit(producer, log, "snuba", events, 0, 3)
+    config = write_config(tmp_path, "fwd", bootstrap_servers, {
+        "subscribe": events, "commit_log_topic": log, "commit_groups": ["snuba"],
+        "starting_offsets": f'{{"{events}": {{"0": 100}}}}'})
+
+    run = run_on_connect(connect_server, config, "--available-now")
+
+    assert run.returncode == 1, f"forwarder exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    assert "forwarder: the query failed" in run.stderr and "failOnDataLoss" in run.stderr, run.stderr[-3000:]
+    assert ("Spark Connect session (the JVM exception stays on the server): the error of a failed query "
+            "does not name the micro-batch's offsets") in run.stderr
