@@ -6,21 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import tomllib
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+import tomllib
 from deltalake import DeltaTable
 
-from synclib.kafka import client_config as kafkaconf
-from synclib.settings import ConfigError, SourceOptions, load_config
 from synclib.app.job import parse_args
+from synclib.kafka.client_config import for_admin, for_consumer, for_producer
 from synclib.kafka.reader import consumer_settings
+from synclib.settings import ConfigError, SourceOptions, load_config
 from tests import mock_cluster
-from tests.forwarder_runs import (ROOT, commit_group, committed_offsets, run_forwarder, table_offsets,
-                                  write_config)
+from tests.forwarder_runs import ROOT, commit_group, committed_offsets, run_forwarder, table_offsets, write_config
 from tests.support import produce_values, publish_commit
 
 DATABRICKS = ROOT / "conf" / "databricks"
@@ -163,13 +162,13 @@ def test_security_settings_reach_every_kafka_client_of_the_job(tmp_path, monkeyp
     client = options.client_config
     clients = {
         # planner metadata, follower and group poller admin, consumer-group commits
-        "admin": kafkaconf.for_admin(client),
+        "admin": for_admin(client),
         # commit-log follower
-        "consumer": kafkaconf.for_consumer(client),
+        "consumer": for_consumer(client),
         # executors reading the events
         "executor consumer": consumer_settings(client),
         # publishing this forwarder's own commit log
-        "producer": kafkaconf.for_producer(client),
+        "producer": for_producer(client),
     }
     for name, kwargs in clients.items():
         assert {k: kwargs.get(k) for k in expected} == expected, name
@@ -257,4 +256,4 @@ def test_leader_without_commit_log_through_the_job(bootstrap_servers, producer, 
 
 def read_rows(path: str) -> list[tuple[int, int]]:
     table = DeltaTable(path).to_pyarrow_table(columns=["partition", "offset"])
-    return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist()))
+    return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
