@@ -28,6 +28,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    timestamp_ms: int | None = None  # CreateTime; None: librdkafka's clock at produce()
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def produce_burst(kafka: Producer, topic: str, partition: int, records: Sequence
     for chunk in (records[:-1], records[-1:]):
         for record in chunk:
             kafka.produce(topic, key=record.key, value=record.value, partition=partition,
-                          headers=record.headers, on_delivery=functools.partial(report, record))
+                          headers=record.headers, timestamp=record.timestamp_ms or 0,
+                          on_delivery=functools.partial(report, record))
         remaining = kafka.flush(DELIVERY_TIMEOUT_S)
         if remaining:
             raise ProduceError(f"{remaining} records to {topic}[{partition}] undelivered after "

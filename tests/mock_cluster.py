@@ -42,6 +42,10 @@ CONTROL_BATCHES_WITHOUT_CRC = pytest.mark.unsupported_on(
     NAME, f"{NAME}: writes transaction control batches with CRC 0 (rdkafka_mock.c: the mock does not validate "
           "CRCs), which kafka-python's CRC check rejects")
 
+# What the mock's Produce responses give as LogAppendTime, whatever the record's timestamp
+# (rdkafka_mock_handlers.c); librdkafka's delivery reports then carry it.
+FAKE_LOG_APPEND_TIME_MS = 1234
+
 _API_VERSIONS = 18
 _UNKNOWN_TOPIC_OR_PART = 3
 _RD_KAFKA_PRODUCER = 0

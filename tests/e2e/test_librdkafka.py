@@ -6,12 +6,15 @@ the records below the leader's commit, each once, byte for byte as librdkafka pr
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 from deltalake import DeltaTable
 from kafka import KafkaProducer
 
@@ -29,18 +32,31 @@ Written = tuple[dict[int, list[Produced]], dict[int, int]]
 
 
 def records(tag: str, count: int) -> list[Record]:
-    """Null keys, tombstones, headers with null and empty values, binary values of varied sizes."""
+    """Null keys, tombstones, headers with null and empty values, binary values of varied sizes,
+    timestamps going back and forth (negative deltas within a batch)."""
+    now_ms = int(time.time() * 1000)
     return [Record(None if i % 5 == 0 else f"{tag}-{i}".encode(),
                    None if i % 11 == 7 else bytes([i % 256]) * (i % 40) + f"{tag} value {i}".encode(),
-                   [] if i % 3 == 0 else [("trace", f"{tag}-{i}".encode()), ("null", None), ("", b"")])
+                   [] if i % 3 == 0 else [("trace", f"{tag}-{i}".encode()), ("null", None), ("", b"")],
+                   now_ms - 60_000 + (i * 7919) % 50_000)
             for i in range(count)]
+
+
+def produce(kafka: Producer, topic: str, partition: int, batch: list[Record]) -> list[Produced]:
+    """`produce_burst`, each record's timestamp being the CreateTime it was given: librdkafka's
+    delivery reports say so too, except on librdkafka's mock, whose Produce responses carry a fake
+    LogAppendTime that librdkafka reports instead."""
+    produced = produce_burst(kafka, topic, partition, batch)
+    reported = {p.timestamp_ms for p, r in zip(produced, batch, strict=True) if p.timestamp_ms != r.timestamp_ms}
+    assert reported <= {mock_cluster.FAKE_LOG_APPEND_TIME_MS}, reported
+    return [replace(p, timestamp_ms=r.timestamp_ms) for p, r in zip(produced, batch, strict=True)]
 
 
 def codecs(bootstrap_servers: str, topic: str) -> Written:
     """Partition i with codec CODECS[i], an idempotent producer on every other one."""
-    produced = {partition: produce_burst(producer(bootstrap_servers, compression_type=codec,
-                                                  enable_idempotence=partition % 2 == 0),
-                                         topic, partition, records(codec, PER_PARTITION))
+    produced = {partition: produce(producer(bootstrap_servers, compression_type=codec,
+                                            enable_idempotence=partition % 2 == 0),
+                                   topic, partition, records(codec, PER_PARTITION))
                 for partition, codec in enumerate(CODECS)}
     return produced, {p: batch[len(batch) // 2].offset for p, batch in produced.items()}
 
