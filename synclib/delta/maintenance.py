@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -130,6 +131,8 @@ def _plan(table: DeltaTable, options: MaintenanceConfig, now: float) -> tuple[li
     small files are left alone (too young)."""
     columns = list(table.metadata().partition_columns)
     adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    for add in adds:  # as in the log: percent-encoded; the file's own path is what is read and removed
+        add["path"] = unquote(add["path"])
     today = time.strftime("%Y-%m-%d", time.gmtime(now))
     young_after_ms = (now - options.min_age) * 1000
     partitions: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
@@ -185,15 +188,19 @@ def compact(table: DeltaTable, options: MaintenanceConfig, now: float, report: P
     filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
     written: list[AddAction] = []
     removed: list[RemoveAction] = []
-    for number, target in enumerate(bins):
-        if time.monotonic() > deadline:
-            report.deferred_files += sum(len(b.files) for b in bins[number:])
-            break
-        written.append(_rewrite(filesystem, root, schema, target))
-        deleted_ms = int(time.time() * 1000)
-        removed += [RemoveAction(path=add["path"], data_change=False, deletion_timestamp=deleted_ms,
-                                 size=add["size_bytes"], partition_values=target.partition)
-                    for add in target.files]
+    try:
+        for number, target in enumerate(bins):
+            if time.monotonic() > deadline:
+                report.deferred_files += sum(len(b.files) for b in bins[number:])
+                break
+            written.append(_rewrite(filesystem, root, schema, target))
+            deleted_ms = int(time.time() * 1000)
+            removed += [RemoveAction(path=add["path"], data_change=False, deletion_timestamp=deleted_ms,
+                                     size=add["size_bytes"], partition_values=target.partition)
+                        for add in target.files]
+    except BaseException:
+        parquet.delete_files(table.table_uri, written)
+        raise
     if not written:
         return
     metadata = {META_MAINTENANCE: json.dumps({"operation": "compaction", "removed": len(removed),

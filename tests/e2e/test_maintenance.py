@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 from deltalake import DeltaTable
-from pyspark.sql.types import DateType, LongType, StructField, StructType
+from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
 from benchmarks.soak import soak
 from synclib.delta.maintenance import COMPACTED_PREFIX, PassReport, compact, run_pass
@@ -102,6 +102,23 @@ def test_closed_dates_are_compacted_fully_and_today_only_once_old_enough(tmp_pat
     dates = pa.table(DeltaTable(batches.table).get_add_actions(flatten=True))["partition.date"].to_pylist()
     assert Counter(dates) == {dt.date(2024, 1, 1): 1, today: 3}
     assert (report.compacted_files, report.deferred_files) == (3, 3)
+
+
+def test_partition_values_with_any_characters_are_compacted_and_vacuumed(tmp_path: Path) -> None:
+    schema = StructType([StructField("name", StringType()), StructField("offset", LongType())])
+    batches = Batches(tmp_path, schema, '["name"]')
+    names = ["a b:c%d/é=", None, "plain"]
+    for batch in range(3):
+        batches.commit(batch, pa.record_batch({"name": pa.array(names, pa.large_string()),
+                                               "offset": [batch * 3 + i for i in range(3)]}))
+
+    report = run_pass(batches.table, settings(min_age="0s"))
+
+    assert (report.compacted_files, report.written_files, report.vacuumed_files) == (9, 3, 9)
+    data = DeltaTable(batches.table).to_pyarrow_table().sort_by("offset").to_pydict()
+    assert data == {"name": names * 3, "offset": list(range(9))}
+    data_files = [p for p in Path(batches.table).rglob("*.parquet") if "_delta_log" not in p.parts]
+    assert len(data_files) == 3 and all(p.name.startswith(COMPACTED_PREFIX) for p in data_files)
 
 
 def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(tmp_path: Path) -> None:
