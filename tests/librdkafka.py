@@ -9,6 +9,7 @@ partition's end as its last batch's base offset + 1.
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,14 @@ def produce_burst(kafka: Producer, topic: str, partition: int, records: Sequence
     if failures:
         raise ProduceError("; ".join(failures))
     return sorted(delivered, key=lambda p: p.offset)
+
+
+def transactional_producer(bootstrap_servers: str) -> Producer:
+    """An idempotent lz4 producer with a fresh transactional id, its transactions initialised."""
+    kafka = producer(bootstrap_servers, transactional_id=f"synclib-test-{uuid.uuid4().hex[:8]}",
+                     enable_idempotence=True, compression_type="lz4")
+    kafka.init_transactions(DELIVERY_TIMEOUT_S)
+    return kafka
 
 
 def transaction(kafka: Producer, topic: str, partition: int, records: Sequence[Record], *,

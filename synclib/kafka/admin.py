@@ -102,15 +102,26 @@ class KafkaMetadata:
         (no reader gets past an open transaction)."""
         return self._list_offsets(partitions, OffsetSpec.LATEST)
 
+    def log_end_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The high watermarks whatever the isolation level: under read_committed a position
+        above the last stable offset is not lost data while the log reaches past it."""
+        return self._list_offsets(partitions, OffsetSpec.LATEST, kafkaconf.ISOLATION_LEVELS[0])
+
+    @property
+    def reads_committed(self) -> bool:
+        return self._isolation_level != kafkaconf.ISOLATION_LEVELS[0]
+
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         return self._list_offsets(partitions, OffsetSpec.EARLIEST)
 
-    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec) -> dict[TopicPartitionKey, int]:
+    def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec,
+                      isolation_level: str | None = None) -> dict[TopicPartitionKey, int]:
         tps = _tps(partitions)
         if not tps:
             return {}
+        level = isolation_level or self._isolation_level
         found = self._retrying(f"listing {spec.name.lower()} offsets", lambda: self._admin.list_partition_offsets(
-            {tp: spec for tp in tps}, isolation_level=self._isolation_level))
+            {tp: spec for tp in tps}, isolation_level=level))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:

@@ -142,6 +142,11 @@ class _Planner:
         self._topic_ids.update(self.metadata.topic_ids)
         moved = {tp: hw for tp, hw in self.high_watermarks.items()
                  if hw < start[tp] or (tp[0] in recreated and start[tp] > 0)}
+        if self.metadata.reads_committed:
+            # Under read_committed a position above the last stable offset (a transaction still
+            # open) is not lost data while the log itself reaches past it.
+            log_ends = self.metadata.log_end_offsets([tp for tp in moved if tp[0] not in recreated])
+            moved = {tp: end for tp, end in moved.items() if tp[0] in recreated or log_ends[tp] < start[tp]}
         if not moved:
             return {}
         for (topic, partition), hw in sorted(moved.items()):

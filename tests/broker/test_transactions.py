@@ -13,7 +13,6 @@ The read_committed test needs a real Kafka (KAFKA_BOOTSTRAP_SERVERS).
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +21,7 @@ import pytest
 from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
 from tests import mock_cluster
-from tests.librdkafka import Record, produce_burst, producer, transaction
+from tests.librdkafka import Record, produce_burst, transaction, transactional_producer
 from tests.support import high_watermarks
 
 SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
@@ -36,13 +35,6 @@ MOCK_NO_TRANSACTIONS = (f"{mock_cluster.NAME}: control batches with CRC 0, no la
 
 def records(tag: str, count: int) -> list[Record]:
     return [Record(f"{tag}-{i}".encode(), f"{tag}-value-{i}".encode(), [("tag", tag.encode())]) for i in range(count)]
-
-
-def transactional_producer(bootstrap_servers: str) -> Any:
-    kafka = producer(bootstrap_servers, transactional_id=f"synclib-test-{uuid.uuid4().hex[:8]}",
-                     enable_idempotence=True, compression_type="lz4")
-    kafka.init_transactions(30)
-    return kafka
 
 
 def ends(bootstrap_servers: str, topic: str, isolation_level: str) -> int:

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
 )
 
 from tests import mock_cluster
+from tests.librdkafka import Record, produce_burst, transactional_producer
 from tests.support import produce, produce_values, publish_commit, publish_raw, wait_until
 
 QUERY_TIMEOUT_S = 60
@@ -423,3 +424,24 @@ def test_remote_offsets_from_leader_group_without_commit_log(world):
     wait_until(lambda: (world.drain(), world.partition_status(0)["state"])[1] == "REMOTE_BEHIND",
                what="leader group moved back")
     assert world.released() == offsets(0, 0, 4) + offsets(1, 0, 9)
+
+
+@mock_cluster.CONTROL_BATCHES_WITHOUT_CRC
+def test_read_committed_position_past_an_open_transaction_is_not_data_loss(world):
+    """Under read_committed the planner's end is the last stable offset, which stays below a
+    position inside an open transaction (Tansu even answers 0): the query waits, it does not
+    report the partition as truncated, and reads the transaction's records once committed."""
+    produce_values(world.producer, world.events, 0, 10)
+    kafka = transactional_producer(world.bootstrap)
+    kafka.begin_transaction()
+    produce_burst(kafka, world.events, 0, [Record(b"k", f"open-{i}".encode(), []) for i in range(3)])  # offsets 10-12
+    world.commit(0, 13)
+    world.start(startingOffsets=json.dumps({world.events: {"0": 11, "1": -2}}),
+                **{"kafka.isolation.level": "read_committed"})
+    world.drain()
+    assert world.query is not None and world.query.exception() is None
+    assert world.released() == []
+
+    kafka.commit_transaction(30)  # its marker takes offset 13
+    world.commit(0, 14)
+    world.wait_released(offsets(0, 11, 13))
