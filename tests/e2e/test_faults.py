@@ -17,26 +17,39 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
 from synclib.delta import writer as sink
 from tests.crash_harness import (
-    DELTA_COMMITTED, MAINTENANCE, PLANNING, READING, CrashHarness, JobRun, KafkaWorld, delta_batches, job_config,
-    Verdict, table_rows, verify_table, wait_for, write_config,
+    DELTA_COMMITTED,
+    MAINTENANCE,
+    PLANNING,
+    READING,
+    CrashHarness,
+    JobRun,
+    KafkaWorld,
+    Verdict,
+    delta_batches,
+    job_config,
+    table_rows,
+    verify_table,
+    wait_for,
+    write_config,
 )
 from tests.kafka_proxy import ProxiedBroker
-from tests.support import produce, publish_commit, publish_raw, wait_until
 from tests.spark.test_source import World, offsets
+from tests.support import produce, publish_commit, publish_raw, wait_until
 
 JOB_TIMEOUT_S = 240.0
 
 
 def run_job(directory: Path, config: dict[str, Any], name: str = "run", args: tuple[str, ...] = (),
-            env: Optional[dict[str, str]] = None) -> JobRun:
+            env: dict[str, str] | None = None) -> JobRun:
     return JobRun(write_config(directory / f"{name}.yaml", config), directory, name, args, env)
 
 
@@ -189,9 +202,8 @@ def test_commit_log_follower_losing_its_connection(spark: Any, tmp_path: Path) -
             wait_until(lambda: verdict(world, tmp_path, committed).covers(committed), 60,
                        "the leader's commits made during the cut to be released")
             assert query.isActive
-            with broker.proxy.blocked(follower):
-                with pytest.raises(StreamingQueryException) as failure:
-                    query.awaitTermination(120)
+            with broker.proxy.blocked(follower), pytest.raises(StreamingQueryException) as failure:
+                query.awaitTermination(120)
         finally:
             query.stop()
         assert re.search(rf"commit-log follower for topic '{world.commit_log}' is stuck: "
@@ -220,14 +232,15 @@ def test_stale_leader_is_reported_once_per_episode(world: KafkaWorld, tmp_path: 
     for episode in (1, 2):
         paused_at = len(job.stdout_path.read_text())
         world.leader.pause()
-        wait_for(lambda: len(STALE_WARNING.findall(job.output())) == episode * world.partitions,
+        wait_for(lambda episode=episode: len(STALE_WARNING.findall(job.output())) == episode * world.partitions,
                  60, f"a stale warning per partition (episode {episode})", job)
-        wait_for(lambda: "STALE" in job.stdout_path.read_text()[paused_at:], 60, "STALE in the progress output", job)
+        wait_for(lambda paused_at=paused_at: "STALE" in job.stdout_path.read_text()[paused_at:], 60,
+                 "STALE in the progress output", job)
         time.sleep(3)  # many more planning rounds (200ms trigger) while stale: still one warning each
         assert len(STALE_WARNING.findall(job.output())) == episode * world.partitions
         resumed_at = len(job.stdout_path.read_text())
         world.leader.resume()
-        wait_for(lambda: _batch_line_without_stale(job.stdout_path.read_text()[resumed_at:]), 60,
+        wait_for(lambda resumed_at=resumed_at: _batch_line_without_stale(job.stdout_path.read_text()[resumed_at:]), 60,
                  "a batch without STALE in the progress output after the leader resumed", job)
     output = stopped(job)
     warned = Counter(int(p) for topic, p in STALE_WARNING.findall(output) if topic == world.events)
@@ -294,7 +307,7 @@ MALFORMED = {
     "JSON timestamp not a number": ("{t}:0:snuba", b'{"offset": 150, "orig_message_ts": "yesterday"}', []),
     "JSON array": ("{t}:0:snuba", b"[150]", []),
     "legacy not a number": ("{t}:0:snuba", b"150x", []),
-    "legacy not ASCII": ("{t}:0:snuba", "１５０".encode(), []),
+    "legacy not ASCII": ("{t}:0:snuba", "\uff11\uff15\uff10".encode(), []),  # fullwidth 150
     "legacy bad timestamp header": ("{t}:0:snuba", b"150", [("orig_message_ts", b"yesterday")]),
 }
 
