@@ -43,10 +43,11 @@ def open_table(path: str) -> DeltaTable | None:
 def current_table(path: str) -> DeltaTable | None:
     """The table at `path` at its newest version, kept open in this process.
 
-    A call reads only what changed since the previous one: nothing but two file lookups when
-    no other writer committed (the cached version's commit file, to notice a table replaced
-    under the same path, and the next version's), else the new commits. Listing the log, as
-    a reload or `update_incremental` does, costs time in proportion to the log's length.
+    A call reads only the commits added since the previous one (`update_incremental`), or
+    nothing but two file lookups when there are none (the cached version's commit file, to
+    notice a table replaced under the same path, and the next version's). delta-rs does not
+    advance a table by its own commits, and each update lists the log: on local and HDFS
+    storage that costs time in proportion to the log's length (kept short by maintenance).
     """
     uri = checkpoint.normalize_location(path)
     cached = _open_tables.get(path)
