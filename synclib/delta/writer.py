@@ -92,7 +92,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     (shared or object storage; pyarrow filesystems, credentials from the environment).
     Files of a skipped (replayed) or aborted batch are deleted. The commit keeps the table
     open in its process and reads only the commits since the previous batch
-    (`current_table`), so its cost does not grow with the table's age; with option
+    (`current_table`) instead of reloading the table; with option
     `logCheckpoints` false it leaves Delta log checkpoints to maintenance.
     """
 
