@@ -20,8 +20,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from synclib.app.monitoring import Monitoring
 from synclib.settings import ConfigError, ForwarderConfig, load_config
@@ -40,7 +41,7 @@ EMBEDDED_MARKER = ".synclib-embedded"  # in the checkpoint and table of an embed
 Transform = Callable[[Any], Any]
 
 
-def parse_args(argv: Sequence[str], default_config: Optional[str] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str], default_config: str | None = None) -> argparse.Namespace:
     """The job's arguments; `--config` is required unless the job file supplies a default."""
     parser = argparse.ArgumentParser(prog="forwarder.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=default_config, required=default_config is None,
@@ -58,12 +59,12 @@ def load_transform(spec: str, config_path: str) -> Transform:
     """Import `module:function`; a typo is a configuration error, found before Spark starts."""
     module_name, _, function_name = spec.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
+        function: object = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"{config_path}: transform: cannot load {spec!r}: {exc}") from None
     if not callable(function):
         raise ConfigError(f"{config_path}: transform: {spec!r} is not callable")
-    return function
+    return cast(Transform, function)
 
 
 def configure_logging(level: str) -> None:
@@ -85,8 +86,8 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.reason: Optional[str] = None
-        self._jvm_handler: Optional[Any] = None  # a synclib.compat.py4j.JvmSignalHandler
+        self.reason: str | None = None
+        self._jvm_handler: Any | None = None  # a synclib.compat.py4j.JvmSignalHandler
 
     def install(self, spark: Any) -> None:
         """Call after the SparkSession exists (SparkContext installs its own SIGINT handler)."""
@@ -111,7 +112,7 @@ class StopRequest:
         self.request(f"{signal.Signals(signum).name} received")
 
 
-def main(argv: Optional[Sequence[str]] = None, default_config: Optional[str] = None) -> int:
+def main(argv: Sequence[str] | None = None, default_config: str | None = None) -> int:
     """Run the forwarder; `default_config` is the job file's own default (the repository's
     conf/local.yaml), since an installed package cannot know where a checkout is."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
@@ -184,7 +185,7 @@ def _embedded_world(config: ForwarderConfig) -> Any:
 class Forwarder:
     """One run of the streaming query, with progress output, a graceful stop and a summary."""
 
-    def __init__(self, config: ForwarderConfig, transform: Optional[Transform]) -> None:
+    def __init__(self, config: ForwarderConfig, transform: Transform | None) -> None:
         self.config = config
         self.transform = transform
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
@@ -199,7 +200,7 @@ class Forwarder:
         with ExitStack() as resources:
             resources.enter_context(self.monitoring)
             bootstrap = self.config.kafka.bootstrap_servers
-            run_for: Optional[float] = None
+            run_for: float | None = None
             if self.config.kafka.embedded:
                 assert self.config.embedded is not None
                 bootstrap = resources.enter_context(_embedded_world(self.config)).bootstrap_servers
@@ -227,8 +228,7 @@ class Forwarder:
         return spark
 
     def source_options(self, bootstrap: str, status_path: str) -> dict[str, str]:
-        from synclib.delta import checkpoint
-        from synclib.delta import table
+        from synclib.delta import checkpoint, table
 
         options = self.config.source_options(bootstrap)
         options["statusFile"] = status_path
@@ -280,7 +280,7 @@ class Forwarder:
             spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
         return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
 
-    def _watch(self, query: Any, stop: StopRequest, run_for: Optional[float], status_path: str) -> int:
+    def _watch(self, query: Any, stop: StopRequest, run_for: float | None, status_path: str) -> int:
         from pyspark.errors import StreamingQueryException
 
         from synclib.app.progress import ProgressReporter
@@ -330,7 +330,7 @@ class Forwarder:
         A query falling behind its trigger starts the next batch right away; that one is then
         interrupted before its Delta commit and replayed, exactly once, at the next start.
         """
-        def last() -> Optional[tuple[int, str]]:
+        def last() -> tuple[int, str] | None:
             progress = query.lastProgress
             return None if progress is None else (progress.batchId, progress.timestamp)
 
@@ -350,7 +350,7 @@ class Forwarder:
         return EXIT_OK
 
 
-def failed_batch(exc: Any) -> Optional[str]:
+def failed_batch(exc: Any) -> str | None:
     """The Kafka offsets of the micro-batch a query failed in, e.g. `events[0] offsets [5, 9)`,
     from the JVM's StreamingQueryException (one JSON, or `-`, per source in `[...]`); None
     when unknown (Spark Connect, or a failure outside a batch)."""

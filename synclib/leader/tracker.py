@@ -15,8 +15,8 @@ import abc
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 from synclib.leader.commitlog import Commit
 from synclib.offsets import TopicPartitionKey
@@ -35,13 +35,13 @@ class RemoteStats:
     skipped_malformed: int = 0
     skipped_unfollowed_group: int = 0
     last_commit_time: dict[str, float] = field(default_factory=dict)
-    last_error: Optional[str] = None
+    last_error: str | None = None
 
 
 class RemoteOffsetsTracker(abc.ABC):
     """Thread lifecycle, the commit store and the queries; subclasses implement `_work`."""
 
-    def __init__(self, description: str, groups: Sequence[str], unreachable_timeout_s: Optional[float]) -> None:
+    def __init__(self, description: str, groups: Sequence[str], unreachable_timeout_s: float | None) -> None:
         if not groups:
             raise ValueError("at least one leader group to follow is required")
         self.description = description
@@ -51,14 +51,14 @@ class RemoteOffsetsTracker(abc.ABC):
         self._commits: dict[str, dict[TopicPartitionKey, Commit]] = {g: {} for g in self.groups}
         self._stats = RemoteStats()
         self._caught_up = False
-        self._failure: Optional[BaseException] = None
+        self._failure: BaseException | None = None
         self._stopping = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._heartbeat = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> "RemoteOffsetsTracker":
+    def start(self) -> RemoteOffsetsTracker:
         if self._thread is not None:
             raise RuntimeError(f"{self.description} already started")
         self._thread = threading.Thread(target=self._run, name=self.description, daemon=True)
@@ -70,7 +70,7 @@ class RemoteOffsetsTracker(abc.ABC):
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def __enter__(self) -> "RemoteOffsetsTracker":
+    def __enter__(self) -> RemoteOffsetsTracker:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -95,11 +95,11 @@ class RemoteOffsetsTracker(abc.ABC):
                 f"(limit {self._unreachable_timeout_s:.0f}s); last error: {last_error}"
             )
 
-    def remote_offset(self, topic: str, partition: int) -> Optional[int]:
+    def remote_offset(self, topic: str, partition: int) -> int | None:
         """Minimum committed offset over the followed groups; None while any has not reported."""
         return self.remote_offsets([(topic, partition)])[(topic, partition)]
 
-    def remote_offsets(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, Optional[int]]:
+    def remote_offsets(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         """`remote_offset` for many partitions under one lock."""
         self.check()
         with self._lock:
@@ -129,7 +129,7 @@ class RemoteOffsetsTracker(abc.ABC):
         self.check()
         return self._caught_up
 
-    def _min_over_groups(self, tp: TopicPartitionKey) -> Optional[int]:
+    def _min_over_groups(self, tp: TopicPartitionKey) -> int | None:
         offsets = []
         for per_tp in self._commits.values():
             commit = per_tp.get(tp)
@@ -148,7 +148,7 @@ class RemoteOffsetsTracker(abc.ABC):
         """The thread made progress (resets the stuck-thread deadline)."""
         self._heartbeat = time.monotonic()
 
-    def _latest_offset(self, group: str, tp: TopicPartitionKey) -> Optional[int]:
+    def _latest_offset(self, group: str, tp: TopicPartitionKey) -> int | None:
         with self._lock:
             commit = self._commits.get(group, {}).get(tp)
             return None if commit is None else commit.offset

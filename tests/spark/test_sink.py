@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,13 +20,32 @@ from chispa import assert_df_equality
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from synclib.delta import checkpoint
-from synclib.delta.writer import (DELTA_RS, DELTA_SPARK, AddedFiles, DeltaStreamWriter, TableSummary,
-                          arrow_schema, commit_metadata, delta_spark_available,
-                          read_table_offsets, resolve_engine, start_delta_stream, table_summary)
+from synclib.delta.writer import (
+    DELTA_RS,
+    DELTA_SPARK,
+    AddedFiles,
+    DeltaStreamWriter,
+    TableSummary,
+    arrow_schema,
+    commit_metadata,
+    delta_spark_available,
+    read_table_offsets,
+    resolve_engine,
+    start_delta_stream,
+    table_summary,
+)
 
 TOPIC = "events"
 BASE_TIME = dt.datetime(2024, 1, 1, 22, 0, tzinfo=dt.timezone.utc)
@@ -110,13 +130,13 @@ class Stream:
         self.checkpoint = str(root / "checkpoint")
         spark.dataSource.register(EventsSource)
 
-    def offer(self, offsets: dict[int, int], missing: Optional[dict[int, list[int]]] = None) -> None:
+    def offer(self, offsets: dict[int, int], missing: dict[int, list[int]] | None = None) -> None:
         plan = {"offsets": {str(p): o for p, o in offsets.items()},
                 "missing": {str(p): m for p, m in (missing or {}).items()}}
         self.plan.with_name("plan.tmp").write_text(json.dumps(plan))
         self.plan.with_name("plan.tmp").replace(self.plan)
 
-    def run(self, checkpoint_location: Optional[str] = None, starting: Optional[dict] = None,
+    def run(self, checkpoint_location: str | None = None, starting: dict | None = None,
             **sink: Any) -> None:
         reader = self.spark.readStream.format("synclib_test_events").option("plan", str(self.plan))
         if starting is not None:
@@ -367,7 +387,7 @@ def test_auto_engine_is_delta_rs_without_delta_jars(spark: SparkSession) -> None
     assert delta_spark_available(spark) is False
     assert resolve_engine(spark) == DELTA_RS
     assert resolve_engine(spark, DELTA_RS) == DELTA_RS
-    with pytest.raises(RuntimeError, match="io.delta.tables.DeltaTable"):
+    with pytest.raises(RuntimeError, match=r"io\.delta\.tables\.DeltaTable"):
         resolve_engine(spark, DELTA_SPARK)
     with pytest.raises(ValueError, match="delta-rs"):
         resolve_engine(spark, "parquet")
