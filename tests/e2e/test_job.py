@@ -26,7 +26,8 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from synclib.app.job import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
-from synclib.embedded.world import EventProducer, SimulatedLeader
+from synclib.embedded.leader import SimulatedLeader
+from synclib.embedded.world import EventProducer
 from synclib.settings import load_config
 from tests.forwarder_runs import (
     ROOT,
