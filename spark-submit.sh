@@ -72,7 +72,7 @@ case "${1:-}" in
   status|maintain)
     exec "$VENV/bin/python" -m synclib "$@" ;;
   lint)
-    "$VENV/bin/ruff" check . && exec "$VENV/bin/mypy" ;;
+    "$VENV/bin/ruff" check . || exit 1; exec "$VENV/bin/mypy" ;;
 esac
 
 # Split: spark-submit options, the job file, the job's options.
