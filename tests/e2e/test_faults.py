@@ -353,7 +353,7 @@ def test_transform_failing_on_a_bad_payload_fails_the_batch_naming_topic_partiti
     publish_commit(producer, log, "snuba", events, 0, 5)
     publish_commit(producer, log, "snuba", events, 1, 4)
     job = run_job(tmp_path, job_config(bootstrap_servers, events, log, tmp_path, "snuba",
-                                       transform="tests.test_faults:fail_on_non_json"))
+                                       transform="tests.e2e.test_faults:fail_on_non_json"))
     wait_for(lambda: len(table_rows(tmp_path / "table")) == 9, JOB_TIMEOUT_S, "the good batch in Delta", job)
     produce(producer, events, 0, [(None, b"<not json>")] + [(None, b"{}")] * 3)  # offsets 5..8
     publish_commit(producer, log, "snuba", events, 0, 9)
