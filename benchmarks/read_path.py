@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from kafka import KafkaProducer
 
-from benchmarks.benchmark import event_values
+from benchmarks.cluster import event_values
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.simulation import send_ending_single
 from synclib.kafka.arrow_records import KAFKA_SCHEMA

@@ -2,7 +2,7 @@
 checkpoint, broker stalls, a stale leader, malformed input, and no secret in any output.
 
 Job-level tests run the real job (`spark-submit jobs/forwarder.py`) through
-`tests.crash_harness`; source-level ones run a query in the session's Spark.
+`tests.job_world` and `tests.crash_harness`; source-level ones run a query in the session's Spark.
 """
 
 from __future__ import annotations
@@ -25,22 +25,18 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from synclib.delta import writer as sink
-from tests.crash_harness import (
+from tests.crash_harness import CrashHarness
+from tests.job_files import (
     DELTA_COMMITTED,
     MAINTENANCE,
     PLANNING,
     READING,
-    CrashHarness,
-    JobRun,
-    KafkaWorld,
     Verdict,
     delta_batches,
-    job_config,
     table_rows,
     verify_table,
-    wait_for,
-    write_config,
 )
+from tests.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
 from tests.kafka_proxy import ProxiedBroker
 from tests.spark.test_source import World, offsets
 from tests.support import produce, publish_commit, publish_raw, wait_until

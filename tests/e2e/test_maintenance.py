@@ -29,7 +29,7 @@ from synclib.delta.maintenance import COMPACTED_PREFIX, PassReport, compact, run
 from synclib.delta.table import latest_synclib_commit, read_table_offsets
 from synclib.delta.writer import DeltaStreamWriter
 from synclib.settings.job import MaintenanceConfig
-from tests.crash_harness import MAINTENANCE
+from tests.job_files import MAINTENANCE
 
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
 ROWS = 10  # per batch

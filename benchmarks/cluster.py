@@ -1,0 +1,149 @@
+"""The benchmark's Kafka side: the cluster under test with its topics, backlogs of distinct
+events, a live producer, and the leader's commits to its commit-log topic."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kafka import KafkaProducer
+
+from synclib.kafka import client_config as kafkaconf
+from synclib.leader.commitlog import Commit, encode_commit
+
+logger = logging.getLogger(__name__)
+
+LEADER_GROUP = "benchmark-leader"
+WAIT_TIMEOUT_S = 600.0  # the longest any phase waits for the records it expects
+
+PartitionEnds = dict[int, int]
+
+
+def event_values(value_bytes: int) -> Callable[[int, int], bytes]:
+    """(partition, sequence) -> a Sentry-like JSON event of `value_bytes` bytes with a unique
+    event id: distinct values, so Parquet encoding costs what it costs on real events."""
+    from synclib.embedded.world import make_event
+
+    template = make_event(1, value_bytes, random.Random(0))
+    at = template.index(b'"event_id": "') + len(b'"event_id": "')
+    head, tail = template[:at], template[at + 32:]
+    return lambda partition, sequence: b"%s%08x%024x%s" % (head, partition, sequence, tail)
+
+
+class LiveProducer:
+    """Writes `rate` events/s round-robin over the partitions in bursts every 50 ms (cheap
+    formatted values, not to steal the forwarder's CPU), each burst ending with a single-record
+    batch per partition, as the embedded broker needs for exact high watermarks."""
+
+    def __init__(self, cluster: Cluster, topic: str, rate: float, value_bytes: int) -> None:
+        self._cluster, self._topic, self._rate = cluster, topic, rate
+        self._event = event_values(value_bytes)
+        self._produced: PartitionEnds = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="live-producer", daemon=True)
+
+    def __enter__(self) -> LiveProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def produced(self) -> PartitionEnds:
+        """Next offset per partition, as acknowledged; raises if the producer thread died."""
+        if self._failure is not None:
+            raise RuntimeError(f"the live producer died: {self._failure!r}") from self._failure
+        with self._lock:
+            return dict(self._produced)
+
+    def _run(self) -> None:
+        from synclib.embedded.simulation import send_ending_single
+
+        partitions = self._cluster.partitions
+        producer = self._cluster.producer(linger_ms=5)
+        try:
+            started, sent = time.monotonic(), 0
+            while not self._stop.wait(0.05):
+                due = int(self._rate * (time.monotonic() - started))
+                records: dict[int, list[Any]] = {}
+                for sequence in range(sent, due):
+                    partition = sequence % partitions
+                    records.setdefault(partition, []).append((None, self._event(partition, sequence), []))
+                sent = due
+                ends = send_ending_single(producer, self._topic, records)
+                with self._lock:
+                    self._produced.update(ends)
+        except BaseException as exc:  # noqa: BLE001 - reported by produced()
+            self._failure = exc
+        finally:
+            producer.close(timeout=5)
+
+
+class Cluster:
+    """The broker under test, with the benchmark's clients."""
+
+    def __init__(self, client_config: Mapping[str, Any], partitions: int) -> None:
+        from synclib.embedded.broker import TopicAdmin
+
+        self.client_config = dict(client_config)
+        self.partitions = partitions
+        self._admin = TopicAdmin(**kafkaconf.for_admin(self.client_config))
+        self._producer = KafkaProducer(**{**kafkaconf.for_producer(self.client_config), "linger_ms": 0})
+        self._prefix = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
+        self.created: list[str] = []
+
+    def topic(self, name: str, partitions: int) -> str:
+        full = f"{self._prefix}-{name}"
+        self._admin.create(full, partitions)
+        self.created.append(full)
+        return full
+
+    def backlog(self, name: str, per_partition: int, value_bytes: int) -> tuple[str, PartitionEnds]:
+        """A topic holding `per_partition` distinct events of `value_bytes` per partition."""
+        from synclib.embedded.simulation import send_ending_single
+
+        topic = self.topic(name, self.partitions)
+        started = time.monotonic()
+        event = event_values(value_bytes)
+        producer = self.producer(batch_size=1 << 20, linger_ms=50)
+        try:
+            for partition in range(self.partitions):
+                for sequence in range(per_partition - 1):
+                    producer.send(topic, value=event(partition, sequence), partition=partition)
+            ends = send_ending_single(producer, topic, {
+                p: [(None, event(p, per_partition - 1), [])] for p in range(self.partitions)})
+        finally:
+            producer.close(timeout=10)
+        logger.warning("backlog %s: %d records in %.1fs", topic, sum(ends.values()), time.monotonic() - started)
+        return topic, ends
+
+    def producer(self, **settings: Any) -> KafkaProducer:
+        return KafkaProducer(**{**settings, **kafkaconf.for_producer(self.client_config)})
+
+    def commit(self, log_topic: str, topic: str, offsets: PartitionEnds) -> float:
+        """Publish the leader's commit of `offsets`; returns when the broker acknowledged it."""
+        futures = []
+        for partition, offset in sorted(offsets.items()):
+            key, value = encode_commit(Commit(LEADER_GROUP, topic, partition, offset, orig_message_ts=time.time()))
+            futures.append(self._producer.send(log_topic, key=key, value=value, partition=0))
+        self._producer.flush(30)
+        for future in futures:
+            future.get(0)
+        return time.time()
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)
+        if self.created:
+            try:
+                self._admin.delete(self.created)
+            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the results
+                logger.warning("could not delete the benchmark topics: %s", exc)
+        self._admin.close()
+

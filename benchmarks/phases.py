@@ -1,0 +1,242 @@
+"""The forwarder phases: the job's own `Forwarder` (`synclib.app.job`) on a backlog the leader's
+commit log releases (throughput, peak memory) and on a live topic (gate latency), timed by
+watching the Delta table's log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
+from benchmarks.procmem import TreeMemory
+from synclib.delta.table import META_BATCH_ID, META_OFFSETS
+from synclib.settings import ForwarderConfig, load_config
+
+LOG_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class Settings:
+    partitions: int
+    messages: int  # per partition: the backlog N
+    value_bytes: int
+    warmup: float  # fraction of the backlog released first, not timed
+    memory_messages: int  # per partition: the memory phase's N
+    memory_scale: int  # the memory phase reads N, then memory_scale * N; 0 skips it
+    latency_steps: int
+    latency_interval_s: float  # mean time between leader commits; each wait is uniform in [0.5x, 1.5x]
+    latency_rate: float  # events/s produced during the latency phase
+    runs: int
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+# --- the Delta table's log, as a reader sees it --------------------------------------------
+
+@dataclass(frozen=True)
+class SeenCommit:
+    version: int
+    seen_at: float  # time.time() when the poller first saw the log file
+    committed_at: float  # the commit's own timestamp
+    batch_id: int | None
+    offsets: dict[str, dict[str, int]]
+
+
+def _reaches(offsets: Mapping[str, Mapping[str, int]], topic: str, wanted: PartitionEnds) -> bool:
+    have = offsets.get(topic, {})
+    return all(have.get(str(p), -1) >= end for p, end in wanted.items())
+
+
+class DeltaLogWatcher:
+    """Polls `<table>/_delta_log` and records every commit carrying synclib offsets."""
+
+    def __init__(self, table_path: str) -> None:
+        self._log_dir = os.path.join(table_path, "_delta_log")
+        self._lock = threading.Lock()
+        self._commits: list[SeenCommit] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="delta-log-watcher", daemon=True)
+
+    def __enter__(self) -> DeltaLogWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def commits(self) -> list[SeenCommit]:
+        with self._lock:
+            return list(self._commits)
+
+    def _run(self) -> None:
+        version = 0
+        while not self._stop.wait(LOG_POLL_S):
+            while True:
+                path = os.path.join(self._log_dir, f"{version:020d}.json")
+                try:
+                    with open(path) as log:
+                        lines = log.read().splitlines()
+                except FileNotFoundError:
+                    break
+                seen = self._parse(version, time.time(), lines)
+                if seen is not None:
+                    with self._lock:
+                        self._commits.append(seen)
+                version += 1
+
+    @staticmethod
+    def _parse(version: int, seen_at: float, lines: Sequence[str]) -> SeenCommit | None:
+        for line in lines:
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info is None:
+                continue
+            meta = info if META_OFFSETS in info else json.loads(info.get("userMetadata") or "{}")
+            if not meta.get(META_OFFSETS):
+                return None
+            batch_id = meta.get(META_BATCH_ID)
+            return SeenCommit(version, seen_at, info["timestamp"] / 1000,
+                              None if batch_id is None else int(batch_id), json.loads(meta[META_OFFSETS]))
+        return None
+
+    def wait_for(self, topic: str, wanted: PartitionEnds, query: Any, timeout_s: float = WAIT_TIMEOUT_S) -> SeenCommit:
+        """The first commit whose offsets reach `wanted`; raises if the query dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for commit in self.commits():
+                if _reaches(commit.offsets, topic, wanted):
+                    return commit
+            if not query.isActive:
+                raise RuntimeError(f"the forwarder query stopped: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no Delta commit reached {wanted} of {topic} in {timeout_s:.0f}s")
+            time.sleep(LOG_POLL_S)
+
+
+# --- the forwarder -------------------------------------------------------------------------
+
+def _stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
+    """Stop the query when no batch is running, so no write is aborted mid-way."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
+class Bench:
+    def __init__(self, settings: Settings, config_path: str, overrides: Sequence[str], bootstrap: str,
+                 cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None) -> None:
+        self.settings = settings
+        self.config_path = config_path
+        self.overrides = list(overrides)
+        self.bootstrap = bootstrap
+        self.cluster = cluster
+        self.workdir = workdir
+        self.jvm_pid = jvm_pid
+        self.others = {} if broker_pid is None else {broker_pid: "broker"}
+
+    def config(self, topic: str, log_topic: str, name: str) -> ForwarderConfig:
+        root = os.path.join(self.workdir, name)
+        return load_config(self.config_path, [
+            *self.overrides, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null", f"source.subscribe={topic}",
+            "source.subscribe_pattern=null", "source.assign=null", "source.remote_offsets=commit_log",
+            f"source.commit_log_topic={log_topic}", f"source.commit_groups=[{LEADER_GROUP}]",
+            "source.starting_offsets=earliest", f"sink.path={root}/table",
+            f"checkpoint.location={root}/checkpoint", "logging.progress=false",
+            "trigger.available_now=false",
+        ])
+
+    @contextmanager
+    def forwarder(self, topic: str, log_topic: str, name: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
+        from pyspark.sql import SparkSession
+
+        from synclib.app.job import Forwarder
+
+        config = self.config(topic, log_topic, name)
+        status_path = os.path.join(self.workdir, name, "status.json")
+        query = Forwarder(config, None)._start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
+        try:
+            with DeltaLogWatcher(config.sink.path) as watcher:
+                yield query, watcher
+        finally:
+            _stop_between_batches(query)
+
+    def throughput(self, topic: str, ends: PartitionEnds, name: str) -> dict[str, Any]:
+        """Forwarder rows/s on a committed backlog, after a warm-up slice; peak RSS meanwhile."""
+        log_topic = self.cluster.topic(f"{name}-commit-log", 1)
+        warm = {p: max(1, int(end * self.settings.warmup)) for p, end in ends.items()}
+        self.cluster.commit(log_topic, topic, warm)
+        with self.forwarder(topic, log_topic, name) as (query, watcher):
+            warm_commit = watcher.wait_for(topic, warm, query)
+            with TreeMemory(self.jvm_pid, self.others) as memory:
+                self.cluster.commit(log_topic, topic, ends)
+                final = watcher.wait_for(topic, ends, query)
+            batches = self._progress_until(query, final.batch_id)
+        timed = [b for b in batches if b["batchId"] > (warm_commit.batch_id or 0) and b["numInputRows"] > 0]
+        started = dt.datetime.fromisoformat(timed[0]["timestamp"].replace("Z", "+00:00")).timestamp()
+        rows = sum(ends.values()) - sum(warm.values())
+        read = sum(b["numInputRows"] for b in timed)
+        if read != rows:
+            raise RuntimeError(f"the forwarder read {read} rows after the warm-up, expected {rows}")
+        seconds = final.committed_at - started
+        return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": rows / seconds,
+                "batches": len(timed), "memory_mib": memory.summary_mib(),
+                "cpu_s": memory.cpu_seconds_by_role()}
+
+    @staticmethod
+    def _progress_until(query: Any, batch_id: int | None) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + 60
+        while True:
+            progress = [json.loads(p.json) for p in query.recentProgress]
+            if batch_id is None or any(p["batchId"] >= batch_id for p in progress) or time.monotonic() > deadline:
+                return progress
+            time.sleep(0.05)
+
+    def latency(self, name: str) -> dict[str, Any]:
+        """Seconds from each leader commit's acknowledgement to its offsets being in the table."""
+        settings = self.settings
+        topic = self.cluster.topic(f"{name}-live", self.cluster.partitions)
+        log_topic = self.cluster.topic(f"{name}-live-commit-log", 1)
+        with LiveProducer(self.cluster, topic, settings.latency_rate, settings.value_bytes) as producer, \
+                self.forwarder(topic, log_topic, name) as (query, watcher):
+            warm = self._wait_produced(producer)
+            self.cluster.commit(log_topic, topic, warm)
+            watcher.wait_for(topic, warm, query)
+            steps = []
+            for _ in range(settings.latency_steps):
+                time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
+                offsets = producer.produced()
+                steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
+            latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
+                         for offsets, published in steps]
+            batches = [json.loads(p.json) for p in query.recentProgress]
+        return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
+                "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
+                "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches)}
+
+    def _wait_produced(self, producer: LiveProducer) -> PartitionEnds:
+        deadline = time.monotonic() + 60
+        while len(produced := producer.produced()) < self.cluster.partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the latency phase's producer wrote nothing in 60s")
+            time.sleep(0.05)
+        return produced
+
+
+def _median_durations(batches: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Median of each phase of Spark's `durationMs` over the batches that read rows."""
+    busy = [b["durationMs"] for b in batches if b.get("numInputRows")]
+    return {k: statistics.median(d.get(k, 0) for d in busy) for k in sorted({k for d in busy for k in d})}

@@ -1,0 +1,255 @@
+"""The forwarder job under test and the Kafka world it runs against, for the crash harness and
+job-level fault tests: `JobRun`, one `spark-submit jobs/forwarder.py` process session that can
+be frozen, resumed and killed whole; `KafkaWorld`, an events topic with a live `EventProducer`
+and a `SimulatedLeader` on its own embedded broker (or on a given one); the job's YAML config."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
+from synclib.embedded.leader import SimulatedLeader
+from synclib.embedded.world import EventProducer
+from tests.support import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = Path(sys.executable)  # the venv's: synclib and pyspark are installed there
+SPARK_SUBMIT = PYTHON.parent / "spark-submit"
+FORWARDER = ROOT / "jobs" / "forwarder.py"
+SPARK_CONF = ("spark.ui.enabled=false", "spark.sql.shuffle.partitions=2")
+
+LEADER_GROUP = "snuba-consumers"
+# The leader commits events this long after they arrive: well behind the producer and longer
+# than a micro-batch, so a forwarder that ignored it would be caught with rows beyond it.
+LEADER_LAG_S = 5.0
+
+
+class HarnessError(AssertionError):
+    """The harness could not do what it was asked (the job died, a window never came)."""
+
+
+# --- the job as a process session ---------------------------------------------------------
+
+def _session_pids(sid: int) -> set[int]:
+    """Live (not zombie) processes of session `sid`."""
+    pids = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            pids.add(int(entry.name))
+    return pids
+
+
+def _process_state(pid: int) -> bytes | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[0]
+
+
+def _signal(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, job: JobRun | None = None,
+             interval_s: float = 0.05) -> Any:
+    """`wait_until`, failing at once (with the job's last output) if `job` exits meanwhile."""
+    def check() -> Any:
+        if job is not None and job.returncode is not None:
+            raise HarnessError(f"the job exited ({job.returncode}) while waiting for {what}\n{job.tail()}")
+        return condition()
+    return wait_until(check, timeout_s, what, interval_s)
+
+
+class JobRun:
+    """One `spark-submit jobs/forwarder.py` process session, output in `<log_dir>/<name>.*`."""
+
+    def __init__(self, config: Path, log_dir: Path, name: str, args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
+        self.stdout_path = log_dir / f"{name}.stdout"
+        self.stderr_path = log_dir / f"{name}.stderr"
+        scratch = log_dir / "tmp"  # Spark's and Python's temporary files, left behind by kills
+        scratch.mkdir(exist_ok=True)
+        command = [str(SPARK_SUBMIT), "--master", "local[2]"]
+        for conf in (*SPARK_CONF, f"spark.local.dir={scratch}"):
+            command += ["--conf", conf]
+        command += [str(FORWARDER), "--config", str(config), *args]
+        environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
+                       "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self._process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err,
+                                             stdin=subprocess.DEVNULL, env=environment,
+                                             start_new_session=True)
+        self._frozen: set[int] = set()
+
+    @property
+    def pid(self) -> int:
+        """The session leader: the spark-submit JVM."""
+        return self._process.pid
+
+    def pids(self) -> set[int]:
+        """The live processes of the job's session."""
+        return _session_pids(self._process.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll()
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise HarnessError(f"the job did not finish within {timeout_s:.0f}s\n{self.tail()}") from None
+
+    def output(self) -> str:
+        return self.stdout_path.read_text(errors="replace") + self.stderr_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def freeze(self) -> None:
+        """SIGSTOP every process of the session, and wait until all of them are stopped."""
+        while new := _session_pids(self._process.pid) - self._frozen:
+            _signal(sorted(new), signal.SIGSTOP)
+            self._frozen |= new
+        wait_until(lambda: all(_process_state(p) in (None, b"T", b"t", b"Z") for p in self._frozen),
+                   10.0, "the frozen job to stop", interval_s=0.001)
+
+    def thaw(self) -> None:
+        _signal(sorted(self._frozen), signal.SIGCONT)
+        self._frozen.clear()
+
+    def kill(self) -> None:
+        """SIGKILL the whole session and wait until none of it is left."""
+        sid = self._process.pid
+        wait_until(lambda: not _kill_all(sid), 30.0, "the killed job to go away", interval_s=0.02)
+        self._process.wait(30)
+        self._frozen.clear()
+
+    def terminate(self) -> None:
+        """SIGTERM the JVM (a graceful stop for the forwarder)."""
+        if self.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
+
+
+def _kill_all(sid: int) -> set[int]:
+    pids = _session_pids(sid)
+    _signal(sorted(pids), signal.SIGKILL)
+    return pids
+
+
+# --- the world: broker, topics, producer, leader ------------------------------------------
+
+class KafkaWorld:
+    """An events topic with a live producer and a leader group publishing its commit log."""
+
+    group = LEADER_GROUP
+
+    def __init__(self, bootstrap: str | None = None, rate: float = 150, event_bytes: int = 256,
+                 partitions: int = 2) -> None:
+        """On the broker at `bootstrap`, or on an `EmbeddedBroker` of its own; the producer
+        writes `rate` events/s of `event_bytes` each."""
+        self.broker = None if bootstrap else EmbeddedBroker()
+        self._bootstrap = bootstrap
+        self.rate, self.event_bytes, self.partitions = rate, event_bytes, partitions
+        suffix = uuid.uuid4().hex[:8]
+        self.events, self.commit_log = f"events-{suffix}", f"commit-log-{suffix}"
+        self.producer: EventProducer | None = None
+        self.leader: SimulatedLeader | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self.broker is not None:
+            return self.broker.bootstrap_servers
+        assert self._bootstrap is not None
+        return self._bootstrap
+
+    def start(self) -> KafkaWorld:
+        if self.broker is not None:
+            self.broker.start()
+        admin = TopicAdmin(self.bootstrap)
+        try:
+            admin.create(self.events, self.partitions)
+            admin.create(self.commit_log, 1)
+        finally:
+            admin.close()
+        client = {"bootstrap_servers": [self.bootstrap]}
+        self.producer = EventProducer(self.events, client, rate=self.rate, event_bytes=self.event_bytes).start()
+        self.leader = SimulatedLeader(self.events, self.commit_log, client, group=self.group,
+                                      lag=LEADER_LAG_S, commit_interval=0.5).start()
+        return self
+
+    def config(self, directory: Path, **sections: Any) -> dict[str, Any]:
+        return job_config(self.bootstrap, self.events, self.commit_log, directory, self.group, **sections)
+
+    def committed(self) -> dict[int, int]:
+        assert self.leader is not None
+        self.leader.check()
+        return self.leader.committed()
+
+    def finish_producing(self, timeout_s: float = 60.0) -> dict[int, int]:
+        """Stop the producer and wait until the leader has committed everything it produced."""
+        assert self.producer is not None
+        self.producer.stop()
+        self.producer.check()
+        produced = self.producer.produced()
+        wait_until(lambda: self.committed() == produced, timeout_s, f"the leader to commit {produced}")
+        return produced
+
+    def stop(self) -> None:
+        for worker in (self.producer, self.leader):
+            if worker is not None:
+                worker.stop()
+        if self.broker is not None:
+            self.broker.stop()
+
+    def __enter__(self) -> KafkaWorld:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def job_config(bootstrap: str, events: str, commit_log: str, directory: Path, group: str = LEADER_GROUP,
+               **sections: Any) -> dict[str, Any]:
+    """A forwarder config (as YAML data) writing under `directory`; `sections` are merged in."""
+    config: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": bootstrap},
+        "source": {"subscribe": events, "commit_log_topic": commit_log, "commit_groups": [group],
+                   "starting_offsets": "earliest"},
+        "sink": {"path": str(directory / "table"), "engine": "delta-rs", "partition_by_date": False,
+                 "maintenance": {"interval": "1s", "min_age": "500ms", "vacuum_retention": "0s"}},
+        "checkpoint": {"location": str(directory / "checkpoint")},
+        "trigger": {"processing_time": "200ms"},
+        "logging": {"level": "INFO", "progress": True, "progress_interval": "500ms"},
+    }
+    for name, value in sections.items():
+        config[name] = {**config.get(name, {}), **value} if isinstance(value, Mapping) else value
+    return config
+
+
+def write_config(path: Path, config: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    return path
+
+
