@@ -241,16 +241,16 @@ class Forwarder:
         return options
 
     def _start(self, spark: Any, bootstrap: str, status_path: str) -> Any:
-        from synclib.delta import writer as sink
-        from synclib.source import datasource as source
+        from synclib.delta.writer import start_delta_stream
+        from synclib.source.datasource import FORMAT_NAME, register
 
-        source.register(spark)
-        df = (spark.readStream.format(source.FORMAT_NAME)
+        register(spark)
+        df = (spark.readStream.format(FORMAT_NAME)
               .options(**self.source_options(bootstrap, status_path)).load())
         if self.transform is not None:
             df = self.transform(df)
         trigger = self.config.trigger
-        return sink.start_delta_stream(
+        return start_delta_stream(
             df,
             path=self.config.sink.path,
             checkpoint_location=self.config.checkpoint.location,

@@ -14,7 +14,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
-from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.client_config import DEFAULT_DEADLINE_S, ISOLATION_LEVELS, for_admin, isolation_level
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import TopicPartitionKey
 
@@ -60,11 +60,11 @@ class KafkaMetadata:
     `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
 
     def __init__(self, client_config: Mapping[str, Any], subscription: Subscription,
-                 retry_timeout_s: float = kafkaconf.DEFAULT_DEADLINE_S) -> None:
+                 retry_timeout_s: float = DEFAULT_DEADLINE_S) -> None:
         self._subscription = subscription
         self._retry_timeout_s = retry_timeout_s
-        self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-planner")
-        self._isolation_level = kafkaconf.isolation_level(client_config)
+        self._admin = KafkaAdminClient(**for_admin(client_config), client_id="synclib-planner")
+        self._isolation_level = isolation_level(client_config)
         self.topic_ids: dict[str, str | None] = {}
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
@@ -105,21 +105,21 @@ class KafkaMetadata:
     def log_end_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The high watermarks whatever the isolation level: under read_committed a position
         above the last stable offset is not lost data while the log reaches past it."""
-        return self._list_offsets(partitions, OffsetSpec.LATEST, kafkaconf.ISOLATION_LEVELS[0])
+        return self._list_offsets(partitions, OffsetSpec.LATEST, ISOLATION_LEVELS[0])
 
     @property
     def reads_committed(self) -> bool:
-        return self._isolation_level != kafkaconf.ISOLATION_LEVELS[0]
+        return self._isolation_level != ISOLATION_LEVELS[0]
 
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         return self._list_offsets(partitions, OffsetSpec.EARLIEST)
 
     def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec,
-                      isolation_level: str | None = None) -> dict[TopicPartitionKey, int]:
+                      level: str | None = None) -> dict[TopicPartitionKey, int]:
         tps = _tps(partitions)
         if not tps:
             return {}
-        level = isolation_level or self._isolation_level
+        level = level or self._isolation_level
         found = self._retrying(f"listing {spec.name.lower()} offsets", lambda: self._admin.list_partition_offsets(
             {tp: spec for tp in tps}, isolation_level=level))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 from kafka import TopicPartition
 from pyspark.sql.datasource import InputPartition
 
-from synclib.kafka import client_config as kafkaconf
 from synclib.kafka.arrow_records import Records
+from synclib.kafka.client_config import for_consumer
 from synclib.kafka.fetch_path import RecordsConsumer
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ _consumers_lock = threading.Lock()
 
 def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
     """kafka-python kwargs of the read path's consumers (also used by the benchmark's reference)."""
-    return {**READ_DEFAULTS, **kafkaconf.for_consumer(client_config), "group_id": None,
+    return {**READ_DEFAULTS, **for_consumer(client_config), "group_id": None,
             "enable_auto_commit": False, "auto_offset_reset": "earliest",
             "client_id": "synclib-reader"}
 

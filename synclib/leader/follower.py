@@ -18,8 +18,8 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from synclib.kafka import client_config as kafkaconf
 from synclib.kafka.admin import describe_topics
+from synclib.kafka.client_config import DEFAULT_DEADLINE_S, for_admin, for_consumer
 from synclib.leader.commitlog import Commit, CommitLogDecodeError, decode_commit
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
 
@@ -31,7 +31,7 @@ CommitListener = Callable[[Commit], None]
 class CommitLogFollower(RemoteOffsetsTracker):
     """Follows `topic` for `groups`; start() spawns a daemon thread, stop() joins it.
 
-    `client_config` holds kafka-python kwargs (from `kafkaconf.kafka_client_config`).
+    `client_config` holds kafka-python kwargs (from `kafka_client_config`).
     `listener`, if given, is called on the follower thread for each applied commit.
     `unreachable_timeout_s`: `check()` fails when the broker has not answered a metadata
     refresh (every `partition_refresh_s`), or a client call has hung, for this long.
@@ -44,7 +44,7 @@ class CommitLogFollower(RemoteOffsetsTracker):
         client_config: Mapping[str, Any],
         *,
         listener: CommitListener | None = None,
-        unreachable_timeout_s: float | None = kafkaconf.DEFAULT_DEADLINE_S,
+        unreachable_timeout_s: float | None = DEFAULT_DEADLINE_S,
         partition_refresh_s: float = 5.0,
         poll_timeout_ms: int = 100,
     ) -> None:
@@ -59,10 +59,10 @@ class CommitLogFollower(RemoteOffsetsTracker):
 
     def _work(self) -> None:
         client_id = f"synclib-commit-log-follower-{self.topic}"
-        admin = KafkaAdminClient(**kafkaconf.for_admin(self._client_config), client_id=client_id)
+        admin = KafkaAdminClient(**for_admin(self._client_config), client_id=client_id)
         try:
             consumer = KafkaConsumer(
-                **kafkaconf.for_consumer(self._client_config),
+                **for_consumer(self._client_config),
                 group_id=None,
                 enable_auto_commit=False,
                 client_id=client_id,

@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.errors import NoError
 from kafka.structs import OffsetAndMetadata
 
-from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.client_config import for_admin, for_producer
 from synclib.leader.commitlog import Commit, encode_commit
 from synclib.offsets import PartitionOffsets
 
@@ -40,9 +40,9 @@ class ProgressPublisher:
         self._admin: KafkaAdminClient | None = None
         self._producer: KafkaProducer | None = None
         if commit_to_group:
-            self._admin = KafkaAdminClient(**kafkaconf.for_admin(client_config), client_id="synclib-progress")
+            self._admin = KafkaAdminClient(**for_admin(client_config), client_id="synclib-progress")
         if self._topic:
-            self._producer = KafkaProducer(**kafkaconf.for_producer(client_config),
+            self._producer = KafkaProducer(**for_producer(client_config),
                                            client_id="synclib-commit-log-publisher", linger_ms=0)
         self._published: PartitionOffsets = {}
 

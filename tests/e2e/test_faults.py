@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from synclib.delta import writer as sink
+from synclib.delta.writer import DELTA_RS, start_delta_stream
 from tests.crash_harness import CrashHarness
 from tests.job_files import (
     DELTA_COMMITTED,
@@ -131,9 +131,9 @@ def start_gated_delta_stream(spark: Any, world: KafkaWorld, directory: Path, **o
     df = spark.readStream.format("synchronized_kafka").options(**{
         "kafka.bootstrap.servers": world.bootstrap, "subscribe": world.events,
         "commitLogTopic": world.commit_log, "synchronizeCommitGroups": world.group, **options}).load()
-    return sink.start_delta_stream(df, path=str(directory / "table"),
-                                   checkpoint_location=str(directory / "checkpoint"), engine=sink.DELTA_RS,
-                                   trigger={"processingTime": "200 milliseconds"})
+    return start_delta_stream(df, path=str(directory / "table"),
+                              checkpoint_location=str(directory / "checkpoint"), engine=DELTA_RS,
+                              trigger={"processingTime": "200 milliseconds"})
 
 
 DEADLINE_S = 12
