@@ -146,6 +146,19 @@ DEADLINE_MESSAGE = re.compile(
     rf"|no progress reading offsets .* for {DEADLINE_S}s")  # executors
 
 
+def restart_completes(spark: Any, world: KafkaWorld, tmp_path: Path, options: dict[str, str]) -> None:
+    """After a failure, the gated stream restarted on the same checkpoint forwards every event
+    the leader commits, exactly once."""
+    query = start_gated_delta_stream(spark, world, tmp_path, **options)
+    try:
+        committed = world.finish_producing()
+        wait_until(lambda: verdict(world, tmp_path, committed).covers(committed),
+                   120, "every committed event in Delta after the restart")
+    finally:
+        query.stop()
+    assert verdict(world, tmp_path, committed).holds_exactly(committed)
+
+
 def test_broker_stall_past_the_deadlines_fails_naming_it_and_a_restart_completes(spark: Any, tmp_path: Path) -> None:
     deadlines = {"kafka.request.timeout.ms": "2000", **{
         option: str(DEADLINE_S) for option in ("brokerTimeout", "commitLogTimeout", "readStallTimeout")}}
@@ -167,14 +180,7 @@ def test_broker_stall_past_the_deadlines_fails_naming_it_and_a_restart_completes
         assert DEADLINE_MESSAGE.search(str(failure.value)), str(failure.value)
         assert failed_after >= DEADLINE_S - HEARTBEAT_S  # not at the first timed-out request (2s)
 
-        query = start_gated_delta_stream(spark, world, tmp_path, **deadlines)
-        try:
-            committed = world.finish_producing()
-            wait_until(lambda: verdict(world, tmp_path, committed).covers(committed),
-                       120, "every committed event in Delta after the restart")
-        finally:
-            query.stop()
-    assert verdict(world, tmp_path, committed).holds_exactly(committed)
+        restart_completes(spark, world, tmp_path, deadlines)
 
 
 def test_commit_log_follower_losing_its_connection(spark: Any, tmp_path: Path) -> None:
@@ -205,14 +211,7 @@ def test_commit_log_follower_losing_its_connection(spark: Any, tmp_path: Path) -
         assert re.search(rf"commit-log follower for topic '{world.commit_log}' is stuck: "
                          r"no progress for \d+s \(limit 20s\); last error: \w+", str(failure.value)), failure.value
 
-        query = start_gated_delta_stream(spark, world, tmp_path, **options)
-        try:
-            committed = world.finish_producing()
-            wait_until(lambda: verdict(world, tmp_path, committed).covers(committed),
-                       120, "every committed event in Delta after the restart")
-        finally:
-            query.stop()
-    assert verdict(world, tmp_path, committed).holds_exactly(committed)
+        restart_completes(spark, world, tmp_path, options)
 
 
 # --- a stale leader --------------------------------------------------------------------------
