@@ -163,6 +163,10 @@ def test_the_health_check_file_goes_stale_when_the_query_fails(gated: tuple[Moni
                                                                producer: Any) -> None:
     job, events = gated
     job.wait_touched_repeatedly()
+    # Recreate the topic between batches: under a read in flight the task would wait for its
+    # stall deadline (readStallTimeout, 120 s) before naming the lost offsets.
+    wait_until(lambda: scraped(job.port).get(("synclib_rows_written_total", ())) == 10, START_TIMEOUT_S,
+               "the leader's 10 events written, on /metrics")
     admin.delete([events])  # failOnDataLoss (the default): the query fails naming the recreated topic
     admin.create(events, 2)
     produce_values(producer, events, 0, 2)
