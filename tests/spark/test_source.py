@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
-from kafka import KafkaConsumer, TopicPartition
-from kafka.structs import OffsetAndMetadata
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
@@ -24,6 +22,7 @@ from pyspark.sql.types import (
 )
 
 from tests import mock_cluster
+from tests.forwarder_runs import commit_group
 from tests.librdkafka import Record, produce_burst, transactional_producer
 from tests.support import produce, produce_values, publish_commit, publish_raw, wait_until
 
@@ -202,15 +201,6 @@ def test_available_now_stops_at_the_target_while_data_keeps_arriving(world):
     assert world.released() == offsets(0, 0, 40)
 
 
-def commit_follower_group(bootstrap: str, group: str, topic: str, partition_offsets: dict[int, int]) -> None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1)
-                         for p, o in partition_offsets.items()})
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize(
     ("mode", "expected_start"),
     [
@@ -239,7 +229,7 @@ def test_starting_offsets(world, mode, expected_start):
         committed = {0: 4, 1: 7}
         only = mode.get("_commit_only")
         if only != "none":
-            commit_follower_group(world.bootstrap, group, world.events,
+            commit_group(world.bootstrap, group, world.events,
                                   {int(only): committed[int(only)]} if only else committed)
     query = world.start(trigger={"availableNow": True}, **options)
     assert query.awaitTermination(QUERY_TIMEOUT_S)
@@ -418,9 +408,9 @@ def test_remote_offsets_from_leader_group_without_commit_log(world):
                 remotePollInterval="0.2")
     world.drain()
     assert world.released() == []
-    commit_follower_group(world.bootstrap, group, world.events, {0: 4, 1: 9})
+    commit_group(world.bootstrap, group, world.events, {0: 4, 1: 9})
     world.wait_released(offsets(0, 0, 4) + offsets(1, 0, 9))
-    commit_follower_group(world.bootstrap, group, world.events, {0: 2})
+    commit_group(world.bootstrap, group, world.events, {0: 2})
     wait_until(lambda: (world.drain(), world.partition_status(0)["state"])[1] == "REMOTE_BEHIND",
                what="leader group moved back")
     assert world.released() == offsets(0, 0, 4) + offsets(1, 0, 9)
