@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from kafka import TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
 from synclib.kafka.arrow_records import Records
@@ -131,56 +131,47 @@ def read_partition(
     poll_timeout_ms: int,
     stall_timeout_s: float,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of the task's offset ranges, one range after the other."""
-    for offsets in task.ranges:
-        yield from _read_range(offsets, client_config, schema, include_headers=include_headers,
-                               fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
-                               stall_timeout_s=stall_timeout_s)
-
-
-def _read_range(
-    task: OffsetRange,
-    client_config: Mapping[str, Any],
-    schema: pa.Schema,
-    *,
-    include_headers: bool,
-    fail_on_data_loss: bool,
-    poll_timeout_ms: int,
-    stall_timeout_s: float,
-) -> Iterator[pa.RecordBatch]:
-    """Yield the records with offsets in [task.start, task.end), stopping on position (offsets
-    may have gaps). If the partition now ends before `task.end` (topic recreated), that is data
-    loss: fail, or warn and stop at what exists."""
+    """Yield the records of the task's offset ranges, one range after the other: offsets in
+    [start, end), stopping on position (offsets may have gaps). If a partition now ends before
+    the range's end (topic recreated), that is data loss: fail, or warn and stop at what exists."""
     records_consumer = _cached_consumer(client_config)
     consumer = records_consumer.kafka
-    tp = TopicPartition(task.topic, task.partition)
-    consumer.assign([tp])
-    consumer.seek(tp, task.start)
-    last_progress = time.monotonic()
-    position = task.start
-    while position < task.end:
-        for records in records_consumer.poll(tp, poll_timeout_ms):
-            yield from _arrow_batches(records, task.end, schema, include_headers)
-        # Past control markers and aborted records too: a range ending in them completes.
-        new_position = consumer.position(tp)
-        if new_position > position:
-            position, last_progress = new_position, time.monotonic()
-        elif time.monotonic() - last_progress > stall_timeout_s:
-            hw = consumer.end_offsets([tp])[tp]
-            if hw >= task.end:
-                raise TimeoutError(
-                    f"{task.topic}[{task.partition}]: no progress reading offsets "
-                    f"[{task.start}, {task.end}) for {stall_timeout_s:.0f}s at offset {position} "
-                    f"(high watermark {hw})"
-                )
-            message = (
-                f"{task.topic}[{task.partition}]: offsets [{max(hw, task.start)}, {task.end}) are gone "
-                f"(the partition now ends at {hw}; topic deleted and recreated or truncated)"
-            )
-            if fail_on_data_loss:
-                raise KafkaDataLossError(message + "; set failOnDataLoss=false to continue")
-            logger.warning("%s; continuing because failOnDataLoss=false", message)
-            break
+    for offsets in task.ranges:
+        tp = TopicPartition(offsets.topic, offsets.partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offsets.start)
+        last_progress = time.monotonic()
+        position = offsets.start
+        while position < offsets.end:
+            for records in records_consumer.poll(tp, poll_timeout_ms):
+                yield from _arrow_batches(records, offsets.end, schema, include_headers)
+            # Past control markers and aborted records too: a range ending in them completes.
+            new_position = consumer.position(tp)
+            if new_position > position:
+                position, last_progress = new_position, time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                _stalled(consumer, tp, offsets, position, stall_timeout_s, fail_on_data_loss)
+                break
+
+
+def _stalled(consumer: KafkaConsumer, tp: TopicPartition, offsets: OffsetRange, position: int,
+             stall_timeout_s: float, fail_on_data_loss: bool) -> None:
+    """A range made no progress for `stall_timeout_s`: a stall (raise), or lost data (raise, or
+    warn when failOnDataLoss=false and let the caller stop at what exists)."""
+    hw = consumer.end_offsets([tp])[tp]
+    if hw >= offsets.end:
+        raise TimeoutError(
+            f"{offsets.topic}[{offsets.partition}]: no progress reading offsets "
+            f"[{offsets.start}, {offsets.end}) for {stall_timeout_s:.0f}s at offset {position} "
+            f"(high watermark {hw})"
+        )
+    message = (
+        f"{offsets.topic}[{offsets.partition}]: offsets [{max(hw, offsets.start)}, {offsets.end}) are gone "
+        f"(the partition now ends at {hw}; topic deleted and recreated or truncated)"
+    )
+    if fail_on_data_loss:
+        raise KafkaDataLossError(message + "; set failOnDataLoss=false to continue")
+    logger.warning("%s; continuing because failOnDataLoss=false", message)
 
 
 def _arrow_batches(records: Records, end: int, schema: pa.Schema,
