@@ -60,6 +60,10 @@ prepare_env() {
   echo "$want" > "$stamp"
 }
 
+# JVM artifacts (jvm/ivy.xml) from Maven Central into $SYNCLIB_JVM_DIR, each configuration once.
+export SYNCLIB_JVM_DIR="${SYNCLIB_JVM_DIR:-$ROOT/.jvm}"
+prepare_jvm() { "$ROOT/jvm/fetch" "$VENV/bin/python" "$@"; }
+
 check_java
 prepare_env
 export PYSPARK_PYTHON="$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
@@ -68,6 +72,8 @@ cd "$ROOT"
 
 case "${1:-}" in
   test)
+    # Delta and Spark's Kafka source for the Spark session; Apache Kafka 4.x and 3.9 as test brokers.
+    prepare_jvm delta spark-kafka kafka kafka-3.9 || die "the tests need the JVM artifacts of jvm/ivy.xml"
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
   status|maintain)
     exec "$VENV/bin/python" -m synclib "$@" ;;
@@ -76,7 +82,7 @@ case "${1:-}" in
 esac
 
 # Split: spark-submit options, the job file, the job's options.
-spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""
+spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""; jars=""
 while [ $# -gt 0 ]; do
   case "$1" in
     *.py) job="$1"; shift; break ;;
@@ -84,6 +90,8 @@ while [ $# -gt 0 ]; do
     --config=*|--set=*|--healthcheck-file=*|--available-now) job_args+=("$1"); shift ;;
     --py-files) [ $# -ge 2 ] || die "option $1 needs a value"; py_files=",$2"; shift 2 ;;
     --py-files=*) py_files=",${1#--py-files=}"; shift ;;
+    --jars) [ $# -ge 2 ] || die "option $1 needs a value"; jars="$2"; shift 2 ;;
+    --jars=*) jars="${1#--jars=}"; shift ;;
     --deploy-mode=*) deploy_mode="${1#--deploy-mode=}"; spark_args+=("$1"); shift ;;
     --deploy-mode) [ $# -ge 2 ] || die "option $1 needs a value"; deploy_mode="$2"; spark_args+=("$1" "$2"); shift 2 ;;
     --master=*) master="${1#--master=}"; spark_args+=("$1"); shift ;;
@@ -102,6 +110,14 @@ fi
 
 # Defaults first: spark-submit options given by the user come later and win.
 defaults=(--conf spark.log.level=WARN)
+# Delta's writer (sink.engine auto then picks delta-spark) and Spark's Kafka source, when fetched.
+if prepare_jvm delta spark-kafka; then
+  jars="$(ls "$SYNCLIB_JVM_DIR"/delta/*.jar "$SYNCLIB_JVM_DIR"/spark-kafka/*.jar | paste -sd, -)${jars:+,$jars}"
+  defaults+=(--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
+             --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
+else
+  echo "spark-submit.sh: going on without Delta's jars: sink.engine auto uses delta-rs" >&2
+fi
 [ "$deploy_mode" = cluster ] || defaults+=(--conf "spark.pyspark.driver.python=$VENV/bin/python")
 case "$master" in
   ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
@@ -123,7 +139,7 @@ EOF
 # a terminal's Ctrl-C would otherwise also reach the Python processes Spark runs next to the
 # driver (the source's planner), which must not die before the driver has stopped the query.
 set -m
-"$VENV/bin/spark-submit" "${defaults[@]}" --py-files "$zip_path$py_files" \
+"$VENV/bin/spark-submit" "${defaults[@]}" --py-files "$zip_path$py_files" ${jars:+--jars "$jars"} \
   ${spark_args[@]+"${spark_args[@]}"} "$job" ${job_args[@]+"${job_args[@]}"} &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM

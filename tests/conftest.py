@@ -1,9 +1,12 @@
 """Session fixtures: one local-mode SparkSession, one Kafka-protocol broker, unique topics.
 
-The broker is a real Kafka when KAFKA_BOOTSTRAP_SERVERS is set; otherwise SYNCLIB_TEST_BROKER
-picks an in-process implementation: `tansu` (the embedded broker, the default) or
-`librdkafka-mock` (librdkafka's mock cluster, tests/mock_cluster.py). A test that a broker
-cannot support is marked `@pytest.mark.unsupported_on(BROKER, reason)` and skips there.
+SYNCLIB_TEST_BROKER picks the broker: `apache-kafka` (the default and the reference: a
+single-node KRaft Apache Kafka 4.x from jvm/ivy.xml, `synclib.embedded.apache_kafka`),
+`apache-kafka-3.9`, `tansu` (the embedded default's broker) or `librdkafka-mock`
+(librdkafka's mock cluster, tests/mock_cluster.py); KAFKA_BOOTSTRAP_SERVERS names a running
+Kafka instead. A test that a broker cannot support is marked
+`@pytest.mark.unsupported_on(BROKER, reason)` and skips there; `requires_kafka(reason)`
+marks a test that only Apache Kafka can run.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from collections.abc import Callable, Iterator
 import pytest
 from kafka import KafkaProducer
 
+from synclib.embedded import apache_kafka, jvm
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
 from tests import mock_cluster
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 TANSU = "tansu"
-BROKERS = (TANSU, mock_cluster.NAME)
-BROKER = "kafka" if EXTERNAL_BOOTSTRAP else os.environ.get("SYNCLIB_TEST_BROKER", TANSU)
+APACHE_KAFKA = {"apache-kafka": apache_kafka.KAFKA_4, "apache-kafka-3.9": apache_kafka.KAFKA_3_9}
+BROKERS = (*APACHE_KAFKA, TANSU, mock_cluster.NAME)
+BROKER = "kafka" if EXTERNAL_BOOTSTRAP else os.environ.get("SYNCLIB_TEST_BROKER", "apache-kafka")
 if BROKER not in (*BROKERS, "kafka"):
     raise pytest.UsageError(f"SYNCLIB_TEST_BROKER={BROKER!r}: expected one of {', '.join(BROKERS)}")
+IS_APACHE_KAFKA = BROKER in APACHE_KAFKA or BROKER == "kafka"
 # Python workers must use this interpreter (the one with synclib's dependencies).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -51,12 +57,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unsupported_on(broker, reason): skip the test on that test broker")
+    config.addinivalue_line("markers", "requires_kafka(gap): only Apache Kafka runs it; elsewhere skip naming the gap")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker in item.iter_markers("unsupported_on"):
         if marker.args[0] == BROKER:
             pytest.skip(marker.args[1])
+    for marker in item.iter_markers("requires_kafka"):
+        if not IS_APACHE_KAFKA:
+            pytest.skip(f"{BROKER}: {marker.args[0]} (runs on Apache Kafka)")
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +81,10 @@ def bootstrap_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
         yield EXTERNAL_BOOTSTRAP
     elif BROKER == mock_cluster.NAME:
         yield request.getfixturevalue("mock_kafka").bootstrap_servers
+    elif BROKER in APACHE_KAFKA:
+        with apache_kafka.KafkaCluster(version=APACHE_KAFKA[BROKER],
+                                       directory=str(tmp_path_factory.mktemp("kafka"))) as cluster:
+            yield cluster.bootstrap_servers
     else:
         log = tmp_path_factory.mktemp("broker") / "tansu.log"
         with EmbeddedBroker(log_path=str(log)) as broker:
@@ -113,12 +127,17 @@ def new_topic(admin: TopicAdmin) -> Iterator[Callable[..., str]]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """One local-mode SparkSession for the whole test session, with the source registered."""
+    """One local-mode SparkSession for the whole test session, with the source registered,
+    Delta's writer and reader (delta-spark) and Spark's own Kafka source on the classpath."""
     from pyspark.sql import SparkSession
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder = SparkSession.builder
+    for key, value in jvm.DELTA_SESSION_CONF.items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
+        .config("spark.jars", ",".join(jvm.jars(jvm.DELTA) + jvm.jars(jvm.SPARK_KAFKA)))
         .appName("synclib-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -1,0 +1,243 @@
+"""Apache Kafka itself on loopback: a KRaft cluster of one or more nodes from the jars of `jvm/fetch`.
+
+Each node is a combined broker and controller (`process.roles=broker,controller`) with its own
+free ports and log directory, formatted with `kafka.tools.StorageTool` and run as `kafka.Kafka`.
+Three nodes keep a controller quorum with one of them down, so a node can be killed (SIGKILL)
+and restarted under a running job. Clients connect to the `CLIENT` listener, whose security
+protocol is chosen per cluster (`SecurityConfig`); brokers talk to each other on a PLAINTEXT
+`INTERNAL` listener and to the quorum on `CONTROLLER`, so a client's security settings are
+what a test exercises. Used by the tests (the suite's reference broker) and the benchmark;
+the embedded default keeps Tansu (README, "Tests").
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synclib.embedded.broker import LOOPBACK, free_port, wait_for_port
+from synclib.embedded.jvm import jars
+
+logger = logging.getLogger(__name__)
+
+KAFKA_4 = "kafka"  # jvm/ivy.xml configurations
+KAFKA_3_9 = "kafka-3.9"
+VERSIONS = (KAFKA_4, KAFKA_3_9)
+
+
+@dataclass(frozen=True)
+class ScramUser:
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    name: str
+    password: str
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """The CLIENT listener's protocol and the broker settings it needs (keystores, SASL)."""
+
+    protocol: str = "PLAINTEXT"
+    broker_properties: Mapping[str, str] = field(default_factory=dict)
+    scram_users: Sequence[ScramUser] = ()
+
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+"""
+_LOG4J1 = """log4j.rootLogger={level}, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+class KafkaNode:
+    """One broker+controller process of a `KafkaCluster`."""
+
+    def __init__(self, node_id: int, directory: Path, version: str) -> None:
+        self.node_id = node_id
+        self.port, self.internal_port, self.controller_port = free_port(), free_port(), free_port()
+        self.directory = directory
+        self.log_path = directory / "server.log"
+        self._version = version
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def properties(self, quorum: str, security: SecurityConfig, replication: int) -> dict[str, str]:
+        min_isr = str(min(2, replication))
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": quorum,
+            "listeners": f"CLIENT://{LOOPBACK}:{self.port},INTERNAL://{LOOPBACK}:{self.internal_port},"
+                         f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            "advertised.listeners": f"CLIENT://{LOOPBACK}:{self.port},INTERNAL://{LOOPBACK}:{self.internal_port}",
+            "listener.security.protocol.map": f"CLIENT:{security.protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(self.directory / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(replication),
+            "offsets.topic.replication.factor": str(replication),
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": str(replication),
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": "4",
+            "min.insync.replicas": min_isr if replication > 1 else "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Tests delete many topics and run the log cleaner on purpose: do it promptly.
+            "file.delete.delay.ms": "1000",
+            "log.cleaner.backoff.ms": "500",
+            "log.segment.delete.delay.ms": "1000",
+            "unclean.leader.election.enable": "false",
+            **security.broker_properties,
+        }
+
+    def write_config(self, properties: Mapping[str, str]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "server.properties").write_text(
+            "".join(f"{key}={value}\n" for key, value in properties.items()))
+        level = os.environ.get("SYNCLIB_KAFKA_LOG_LEVEL", "WARN")
+        template = _LOG4J1 if self._version == KAFKA_3_9 else _LOG4J2
+        (self.directory / "log4j.properties").write_text(template.format(log=self.log_path, level=level))
+
+    def _java(self, main: str, *args: str, heap: str = "512m") -> list[str]:
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+        logging_option = (f"-Dlog4j.configuration=file:{self.directory / 'log4j.properties'}"
+                          if self._version == KAFKA_3_9
+                          else f"-Dlog4j2.configurationFile={self.directory / 'log4j.properties'}")
+        return [java, f"-Xmx{heap}", "-Xss1m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
+                "-Djava.awt.headless=true", logging_option,
+                "-cp", os.pathsep.join(jars(self._version)), main, *args]
+
+    def format(self, cluster_id: str, scram_users: Iterable[ScramUser]) -> None:
+        command = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                             "-c", str(self.directory / "server.properties"), heap="256m")
+        for user in scram_users:
+            command += ["--add-scram", f"{user.mechanism}=[name={user.name},password={user.password}]"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"formatting Kafka node {self.node_id} failed: {result.stdout}{result.stderr}")
+
+    def start(self) -> None:
+        if self.running:
+            return
+        with open(self.directory / "stdout.log", "ab") as out:
+            self._process = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.directory / "server.properties")),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        try:
+            wait_for_port(LOOPBACK, self.port, timeout_s)
+        except TimeoutError as exc:
+            raise TimeoutError(f"Kafka node {self.node_id} did not open {self.address} in {timeout_s}s "
+                               f"(log: {self.log_path})") from exc
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed machine: no controlled shutdown, nothing flushed."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+            self._process = None
+
+    def terminate(self) -> None:
+        """SIGTERM: a controlled shutdown (leadership moves away first); `stop` waits for it."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGTERM)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self._process is None:
+            return
+        self.terminate()
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._process = None
+
+
+class KafkaCluster:
+    """A KRaft cluster of `nodes` combined broker+controller processes on loopback.
+
+    `replication` (default: min(nodes, 3)) is the default replication factor of new topics and
+    of Kafka's internal topics; `min.insync.replicas` is 2 when topics are replicated.
+    """
+
+    def __init__(self, nodes: int = 1, *, version: str = KAFKA_4, security: SecurityConfig | None = None,
+                 directory: str | None = None, replication: int | None = None) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"Kafka version must be one of {', '.join(VERSIONS)}, not {version!r}")
+        self.version = version
+        self.security = security or SecurityConfig()
+        self.replication = replication or min(nodes, 3)
+        self._owns_directory = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="synclib-kafka-"))
+        self.nodes = [KafkaNode(i + 1, self.directory / f"node-{i + 1}", version) for i in range(nodes)]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.address for node in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return self.nodes[node_id - 1]
+
+    def start(self, timeout_s: float = 90.0) -> KafkaCluster:
+        quorum = ",".join(f"{n.node_id}@{LOOPBACK}:{n.controller_port}" for n in self.nodes)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        started = time.monotonic()
+        try:
+            for node in self.nodes:
+                node.write_config(node.properties(quorum, self.security, self.replication))
+                node.format(cluster_id, self.security.scram_users)
+            for node in self.nodes:
+                node.start()
+            for node in self.nodes:
+                node.wait_ready(max(1.0, timeout_s - (time.monotonic() - started)))
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("Apache Kafka (%s, %d node(s)) on %s after %.1fs", self.version, len(self.nodes),
+                    self.bootstrap_servers, time.monotonic() - started)
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:  # all at once: a node waits for the quorum while it shuts down
+            node.terminate()
+        for node in self.nodes:
+            node.stop(timeout_s=15.0)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
