@@ -4,9 +4,13 @@ Each node is a combined broker and controller (`process.roles=broker,controller`
 free ports and log directory, formatted with `kafka.tools.StorageTool` and run as `kafka.Kafka`.
 Three nodes keep a controller quorum with one of them down, so a node can be killed (SIGKILL)
 and restarted under a running job. Clients connect to the `CLIENT` listener, whose security
-protocol is chosen per cluster (`SecurityConfig`); brokers talk to each other on a PLAINTEXT
-`INTERNAL` listener and to the quorum on `CONTROLLER`, so a client's security settings are
-what a test exercises. Used by the tests (the suite's reference broker) and the benchmark;
+protocol is chosen per cluster (`SecurityConfig`), and more client listeners with other
+protocols can be added (`SecurityConfig.listeners`, reached through `bootstrap_for`); brokers
+talk to each other on a PLAINTEXT `INTERNAL` listener and to the quorum on `CONTROLLER`, so a
+client's security settings are what a test exercises. `ssl_listener_properties` and
+`sasl_listener_properties` build a listener's broker settings (PEM key and trust stores; SASL
+mechanisms with PLAIN users in the JAAS config, SCRAM users added at format time).
+Used by the tests (the suite's reference broker) and the benchmark;
 the embedded default keeps Tansu (README, "Tests").
 """
 
@@ -50,6 +54,45 @@ class SecurityConfig:
     protocol: str = "PLAINTEXT"
     broker_properties: Mapping[str, str] = field(default_factory=dict)
     scram_users: Sequence[ScramUser] = ()
+    # More client listeners: name (upper case, e.g. "SSL_CLIENT") -> security protocol.
+    listeners: Mapping[str, str] = field(default_factory=dict)
+
+    def client_listeners(self) -> dict[str, str]:
+        return {CLIENT: self.protocol, **self.listeners}
+
+
+CLIENT = "CLIENT"
+
+
+def ssl_listener_properties(listener: str, keystore_pem: str | Path, truststore_pem: str | Path | None = None,
+                            client_auth: str = "none") -> dict[str, str]:
+    """A listener's TLS settings from PEM files: `keystore_pem` holds the broker's private key
+    (PKCS#8, unencrypted) followed by its certificate chain; `truststore_pem` the CAs that sign
+    client certificates (needed with `client_auth` `required` or `requested`)."""
+    prefix = f"listener.name.{listener.lower()}."
+    properties = {prefix + "ssl.keystore.type": "PEM", prefix + "ssl.keystore.location": str(keystore_pem),
+                  prefix + "ssl.client.auth": client_auth}
+    if truststore_pem is not None:
+        properties |= {prefix + "ssl.truststore.type": "PEM", prefix + "ssl.truststore.location": str(truststore_pem)}
+    return properties
+
+
+def sasl_listener_properties(listener: str, mechanisms: Sequence[str],
+                             plain_users: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A listener's SASL settings: the enabled `mechanisms` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512),
+    PLAIN's users (name -> password) in its JAAS config; SCRAM users are `SecurityConfig.scram_users`."""
+    prefix = f"listener.name.{listener.lower()}."
+    properties = {prefix + "sasl.enabled.mechanisms": ",".join(mechanisms)}
+    for mechanism in mechanisms:
+        if mechanism == "PLAIN":
+            users = "".join(f' user_{name}="{password}"' for name, password in (plain_users or {}).items())
+            jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required{users};"
+        elif mechanism.startswith("SCRAM-"):
+            jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        else:
+            raise ValueError(f"unsupported SASL mechanism {mechanism!r}")
+        properties[f"{prefix}{mechanism.lower()}.sasl.jaas.config"] = jaas
+    return properties
 
 
 _LOG4J2 = """status = warn
@@ -75,6 +118,7 @@ class KafkaNode:
     def __init__(self, node_id: int, directory: Path, version: str) -> None:
         self.node_id = node_id
         self.port, self.internal_port, self.controller_port = free_port(), free_port(), free_port()
+        self.listener_ports: dict[str, int] = {CLIENT: self.port}
         self.directory = directory
         self.log_path = directory / "server.log"
         self._version = version
@@ -84,20 +128,29 @@ class KafkaNode:
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
+    def address_of(self, listener: str) -> str:
+        """host:port of one of the client listeners (`SecurityConfig.listeners`)."""
+        return f"{LOOPBACK}:{self.listener_ports[listener]}"
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def properties(self, quorum: str, security: SecurityConfig, replication: int) -> dict[str, str]:
         min_isr = str(min(2, replication))
+        protocols = security.client_listeners()
+        for name in protocols:
+            self.listener_ports.setdefault(name, free_port())
+        clients = ",".join(f"{name}://{LOOPBACK}:{self.listener_ports[name]}" for name in protocols)
         return {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": quorum,
-            "listeners": f"CLIENT://{LOOPBACK}:{self.port},INTERNAL://{LOOPBACK}:{self.internal_port},"
+            "listeners": f"{clients},INTERNAL://{LOOPBACK}:{self.internal_port},"
                          f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
-            "advertised.listeners": f"CLIENT://{LOOPBACK}:{self.port},INTERNAL://{LOOPBACK}:{self.internal_port}",
-            "listener.security.protocol.map": f"CLIENT:{security.protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "advertised.listeners": f"{clients},INTERNAL://{LOOPBACK}:{self.internal_port}",
+            "listener.security.protocol.map": ",".join(f"{name}:{protocol}" for name, protocol in protocols.items())
+                                              + ",INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "INTERNAL",
             "controller.listener.names": "CONTROLLER",
             "log.dirs": str(self.directory / "data"),
@@ -153,8 +206,11 @@ class KafkaNode:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self, timeout_s: float) -> None:
+        """Until every client listener accepts connections."""
+        deadline = time.monotonic() + timeout_s
         try:
-            wait_for_port(LOOPBACK, self.port, timeout_s)
+            for port in self.listener_ports.values():
+                wait_for_port(LOOPBACK, port, max(0.5, deadline - time.monotonic()))
         except TimeoutError as exc:
             raise TimeoutError(f"Kafka node {self.node_id} did not open {self.address} in {timeout_s}s "
                                f"(log: {self.log_path})") from exc
@@ -205,6 +261,10 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(node.address for node in self.nodes)
+
+    def bootstrap_for(self, listener: str) -> str:
+        """The bootstrap servers of another client listener (`SecurityConfig.listeners`)."""
+        return ",".join(node.address_of(listener) for node in self.nodes)
 
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id - 1]
