@@ -1,24 +1,29 @@
-"""The benchmark job: forwarder throughput against raw kafka-python and librdkafka consumers,
-gate latency and peak memory, in one run on the embedded broker or on a given cluster.
+"""The benchmark job: the forwarder against Spark's own Kafka source into Delta and raw
+kafka-python and librdkafka consumers, gate latency, the micro-batch floor and peak memory, in
+one run on the embedded broker, on Apache Kafka or on a given cluster.
 
-After one untimed forwarder pass over the backlog (JIT compilation, Python workers), per run
-(`--runs K`, medians reported), on one backlog of `--messages` records per partition:
+After one untimed pass of each Spark contender over the backlog (JIT compilation, Python
+workers), per run (`--runs K`, medians reported, the load average printed with each run), on
+one backlog of `--messages` records per partition:
 
 1. references, each reading the whole backlog in this process: one kafka-python consumer
    (the read path's client settings, crc32c when installed), then one librdkafka consumer
    (confluent-kafka, batch `consume`, CRCs checked as the forwarder does, no fetch back-off): msg/s;
-2. forwarder: the leader's commit log first releases a warm-up slice, then the whole
-   backlog; rows/s from the start of the first batch after the warm-up to the Delta commit
-   that holds the last row, and the ratio to each reference; peak RSS of the process tree meanwhile;
-3. gate latency: a producer keeps writing while the leader commits in steps at random
-   intervals; per step, from the commit-log message being acknowledged to a Delta commit
-   holding its offsets appearing in the table's log (polled every 10 ms).
+2. per engine of `--engines` (delta-rs, delta-spark): Spark's own Kafka source (ungated,
+   benchmarks/peers.py) writing the forwarder's table shape into Delta with that engine, then
+   the forwarder with `sink.engine` set to it: the leader's commit log first releases a
+   warm-up slice, then the whole backlog; rows/s from the start of the first batch after the
+   warm-up to the Delta commit that holds the last row, CPU seconds per process role;
+3. gate latency, per trigger of `--latency-triggers` (default: the config's), with the first
+   engine: a producer keeps writing while the leader commits in steps at random intervals; per
+   step, from the commit-log message being acknowledged to a Delta commit holding its offsets
+   appearing in the table's log (polled every 10 ms).
 
-Then once, the forwarder phase on a backlog of `--memory-messages` per partition (N) and on
-one `--memory-scale` times larger: peak RSS per process role at 10N against N. CPU seconds
-per role (JVM, Python workers, driver-side Python, broker) are recorded with each phase.
-The forwarder is the job's own (`synclib.app.job.Forwarder`) with the given config (default
-conf/local.yaml), trigger and batch sizing included.
+Then once: the micro-batch floor per trigger of `--floor-triggers` (benchmarks/floor.py:
+one-row batches and idle triggers, Spark's `durationMs`), and the forwarder phase on a backlog
+of `--memory-messages` per partition (N) and on one `--memory-scale` times larger: peak RSS
+per process role at 10N against N. The forwarder is the job's own (`synclib.app.job.Forwarder`)
+with the given config (default conf/local.yaml), trigger and batch sizing included.
 """
 
 from __future__ import annotations
@@ -29,19 +34,23 @@ import json
 import logging
 import os
 import platform
-import statistics
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+from benchmarks import floor, report
 from benchmarks.cluster import Cluster
+from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.procmem import TreeMemory
 from benchmarks.references import librdkafka_rate, reference_rate
 from synclib.kafka import client_config as kafkaconf
 from synclib.settings import load_config
+
+DELTA_RS, DELTA_SPARK = "delta-rs", "delta-spark"  # synclib.delta.writer's, without importing pyspark here
+LOCAL_BROKERS = ("embedded", "apache-kafka", "apache-kafka-3.9")
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "local.yaml")
 DEFAULT_OUTPUT = "benchmark-results.json"
@@ -52,8 +61,14 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--config", default=default_config, help="forwarder YAML (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a forwarder config key, e.g. --set trigger.processing_time=500ms")
-    parser.add_argument("--bootstrap", help="benchmark this cluster instead of the config's "
-                        "(default: the config's; 'embedded' starts a local broker)")
+    parser.add_argument("--bootstrap", help="benchmark this cluster instead of the config's (default: the "
+                        "config's; 'embedded' starts the embedded broker, 'apache-kafka' a one-node Apache "
+                        "Kafka 4 and 'apache-kafka-3.9' a Kafka 3.9, both from jvm/ivy.xml)")
+    parser.add_argument("--engines", default="delta-rs,delta-spark",
+                        help="Delta engines of the forwarder and of Spark's Kafka source, comma-separated; the "
+                        "first one also runs the latency, floor and memory phases (default: %(default)s)")
+    parser.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
+                        help="skip Spark's own Kafka source (spark-sql-kafka-0-10 on the classpath)")
     parser.add_argument("--runs", type=int, default=3, help="runs of phases 1-3; medians reported")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--messages", type=int, default=250_000, help="backlog N per partition")
@@ -67,6 +82,14 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--latency-steps", type=int, default=20, help="leader commit steps per run (0: skip)")
     parser.add_argument("--latency-interval", type=float, default=1.0, help="mean seconds between steps")
     parser.add_argument("--latency-rate", type=float, default=5000.0, help="events/s during the latency phase")
+    parser.add_argument("--latency-triggers", default="",
+                        help="comma-separated triggers of the latency phase, e.g. 1s,500ms,250ms "
+                        "(default: the config's)")
+    parser.add_argument("--floor-steps", type=int, default=12,
+                        help="one-row batches per trigger in the floor phase (0: skip)")
+    parser.add_argument("--floor-triggers", default="1s,500ms,250ms",
+                        help="comma-separated triggers of the floor phase (default: %(default)s)")
+    parser.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
@@ -75,12 +98,12 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     args = parser.parse_args(argv)
     if args.runs < 1 or args.partitions < 1 or args.messages < 10 or not 0 < args.warmup < 1:
         parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not args.engines or any(e not in (DELTA_RS, DELTA_SPARK) for e in args.engines):
+        parser.error(f"--engines takes {DELTA_RS} and/or {DELTA_SPARK}")
+    args.latency_triggers = [t.strip() for t in args.latency_triggers.split(",") if t.strip()]
+    args.floor_triggers = [t.strip() for t in args.floor_triggers.split(",") if t.strip()]
     return args
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 # --- running and reporting -----------------------------------------------------------------
@@ -102,73 +125,123 @@ def _environment(spark: Any) -> dict[str, Any]:
     }
 
 
+def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
+    """Start the broker `kind` names ('embedded', 'apache-kafka[-3.9]'): bootstrap, pid."""
+    if kind == "embedded":
+        from synclib.embedded.broker import EmbeddedBroker
+
+        broker = stack.enter_context(EmbeddedBroker())
+        return broker.bootstrap_servers, broker.pid
+    from synclib.embedded.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
+
+    kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4))
+    process = getattr(kafka.nodes[0], "_process", None)
+    return kafka.bootstrap_servers, None if process is None else process.pid
+
+
+def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A contender's result, or {"error"}: one failing engine does not lose the others' numbers."""
+    try:
+        return measure()
+    except Exception as exc:  # reported in the table and the JSON
+        logging.getLogger(__name__).exception("%s failed", what)
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]}
+
+
 def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    engine_sets = {engine: [f"sink.engine={engine}"] for engine in args.engines}
+    primary = args.engines[0]
+    base_overrides = list(args.overrides)
+    kind = args.bootstrap if args.bootstrap in LOCAL_BROKERS else None
+    overrides = base_overrides + ([f"kafka.bootstrap_servers={args.bootstrap}"] if args.bootstrap and not kind else [])
+    base = load_config(args.config, [*overrides, "embedded=null"] if args.bootstrap
+                       and args.bootstrap != "embedded" and not kind else overrides)
     settings = Settings(args.partitions, args.messages, args.value_bytes, args.warmup, args.memory_messages,
                         args.memory_scale,
                         args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
-    overrides = list(args.overrides) + ([f"kafka.bootstrap_servers={args.bootstrap}"] if args.bootstrap else [])
-    base = load_config(args.config, [*overrides, "embedded=null"] if args.bootstrap
-                       and args.bootstrap != "embedded" else overrides)
+    trigger = f"{int(base.trigger.processing_time * 1000)}ms"
+    latency_triggers = args.latency_triggers or [trigger]
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    results: dict[str, Any] = {"settings": dataclasses.asdict(settings), "config": args.config,
-                               "overrides": list(args.overrides), "environment": _environment(spark)}
+    results: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "engines": args.engines,
+                                            "trigger": trigger, "latency_triggers": latency_triggers},
+                               "config": args.config, "overrides": list(args.overrides),
+                               "environment": _environment(spark)}
     with ExitStack() as stack:
         bootstrap, broker_pid = base.kafka.bootstrap_servers, None
-        if base.kafka.embedded:
-            from synclib.embedded.broker import EmbeddedBroker
-
-            broker = stack.enter_context(EmbeddedBroker())
-            bootstrap, broker_pid = broker.bootstrap_servers, broker.pid
-        results["broker"] = "embedded" if base.kafka.embedded else bootstrap
+        if kind or base.kafka.embedded:
+            bootstrap, broker_pid = _broker(stack, kind or "embedded")
+        results["broker"] = kind or ("embedded" if base.kafka.embedded else bootstrap)
         workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="synclib-bench-"))
         client_config = kafkaconf.kafka_client_config(
             {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap})
         cluster = Cluster(client_config, settings.partitions)
         stack.callback(cluster.close)
         bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid)
+        peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},
+                              workdir, base.trigger.processing_time, base.sink.partition_by_date,
+                              jvm_pid, bench.others)
         topic, ends = cluster.backlog("backlog", settings.messages, settings.value_bytes)
+        warm = {p: max(1, int(end * settings.warmup)) for p, end in ends.items()}
         if args.warmup_run:  # JIT compilation and Python worker start-up, before anything is timed
-            results["warmup_run"] = bench.throughput(topic, ends, "warmup")
+            results["warmup_run"] = {}
+            for engine, extra in engine_sets.items():
+                if args.spark_kafka:
+                    results["warmup_run"][f"spark-kafka {engine}"] = _attempt(
+                        f"warm-up Spark Kafka {engine}",
+                        lambda e=engine: peer.throughput(topic, ends, warm, e, f"warmup-spark-kafka-{e}"))
+                results["warmup_run"][engine] = _attempt(
+                    f"warm-up forwarder {engine}",
+                    lambda e=engine, x=extra: bench.throughput(topic, ends, f"warmup-{e}", x))
         runs = []
         for index in range(settings.runs):
+            load = os.getloadavg()
             with TreeMemory(jvm_pid, bench.others) as usage:
                 reference = reference_rate(client_config, topic, ends)
             with TreeMemory(jvm_pid, bench.others) as librdkafka_usage:
                 librdkafka = librdkafka_rate(client_config, topic, ends)
-            forwarder = bench.throughput(topic, ends, f"run{index}")
-            latency = bench.latency(f"run{index}") if settings.latency_steps else None
-            runs.append({"reference_msgs_per_s": reference, "reference_cpu_s": usage.cpu_seconds_by_role(),
+            spark_kafka, forwarders = {}, {}
+            for engine, extra in engine_sets.items():
+                if args.spark_kafka:
+                    spark_kafka[engine] = _attempt(
+                        f"Spark Kafka {engine}",
+                        lambda e=engine, i=index: peer.throughput(topic, ends, warm, e, f"run{i}-spark-kafka-{e}"))
+                forwarders[engine] = _attempt(
+                    f"forwarder {engine}",
+                    lambda e=engine, x=extra, i=index: bench.throughput(topic, ends, f"run{i}-{e}", x))
+            latencies = {t: bench.latency(f"run{index}-lat-{t}", [*engine_sets[primary],
+                                                                 f"trigger.processing_time={t}"])
+                         for t in latency_triggers} if settings.latency_steps else {}
+            forwarder = forwarders[primary]
+            rate = forwarder.get("rows_per_s")
+            runs.append({"load_avg": load, "load_avg_end": os.getloadavg(),
+                         "backlog_rows": sum(ends.values()),
+                         "reference_msgs_per_s": reference, "reference_cpu_s": usage.cpu_seconds_by_role(),
                          "librdkafka_msgs_per_s": librdkafka,
                          "librdkafka_cpu_s": librdkafka_usage.cpu_seconds_by_role(),
-                         "forwarder": forwarder, "ratio": forwarder["rows_per_s"] / reference,
-                         "ratio_librdkafka": forwarder["rows_per_s"] / librdkafka, "latency": latency})
-            _print_run(index + 1, runs[-1])
+                         "forwarder": forwarder, "forwarders": forwarders, "spark_kafka": spark_kafka,
+                         "ratio": None if rate is None else rate / reference,
+                         "ratio_librdkafka": None if rate is None else rate / librdkafka,
+                         "latency": latencies.get(latency_triggers[0]), "latencies": latencies})
+            report.print_run(index + 1, runs[-1])
         results["runs"] = runs
-        results["median"] = _medians(runs)
+        results["median"] = report.medians(runs)
+        if args.floor_steps:
+            results["floor"] = {t: floor.floor(bench, f"floor-{t}", [*engine_sets[primary],
+                                                                     f"trigger.processing_time={t}"],
+                                               args.floor_steps, args.floor_interval)
+                                for t in args.floor_triggers}
+            for t, found in results["floor"].items():
+                print(f"batch floor at trigger {t}: {report.floor_line(found)}", flush=True)
         if settings.memory_scale:
             phases = {}
             for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
                 memory_topic, memory_ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale,
                                                             settings.value_bytes)
-                phases[label] = bench.throughput(memory_topic, memory_ends, f"memory-{label}")
+                phases[label] = bench.throughput(memory_topic, memory_ends, f"memory-{label}", engine_sets[primary])
             results["memory"] = _memory(phases)
     results["environment"]["load_avg_end"] = os.getloadavg()
-    results["targets"] = _targets(results)
+    results["targets"] = report.targets(results)
     return results
-
-
-def _medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    latencies = [r["latency"] for r in runs if r["latency"]]
-    return {
-        "reference_msgs_per_s": _median([r["reference_msgs_per_s"] for r in runs]),
-        "librdkafka_msgs_per_s": _median([r["librdkafka_msgs_per_s"] for r in runs]),
-        "forwarder_rows_per_s": _median([r["forwarder"]["rows_per_s"] for r in runs]),
-        "ratio": _median([r["ratio"] for r in runs]),
-        "ratio_librdkafka": _median([r["ratio_librdkafka"] for r in runs]),
-        "latency_p50_s": _median([x["p50_s"] for x in latencies]),
-        "latency_p99_s": _median([x["p99_s"] for x in latencies]),
-        "latency_max_s": max((x["max_s"] for x in latencies), default=None),
-    }
 
 
 def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -181,49 +254,6 @@ def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "ratio": {role: round(at_large["memory_mib"][role] / mib, 3)
                   for role, mib in at_n["memory_mib"].items() if mib and role in at_large["memory_mib"]},
     }
-
-
-def _targets(results: Mapping[str, Any]) -> dict[str, bool | None]:
-    median = results["median"]
-    memory = results.get("memory")
-    p50, p99 = median["latency_p50_s"], median["latency_p99_s"]
-    return {
-        "ratio >= 1.5": median["ratio"] >= 1.5,
-        "ratio to librdkafka >= 1.0": median["ratio_librdkafka"] >= 1.0,
-        "latency p50 <= 1s": None if p50 is None else p50 <= 1.0,
-        "latency p99 <= 3s": None if p99 is None else p99 <= 3.0,
-        "peak memory at the larger backlog <= 1.2x N (total)":
-            None if memory is None else memory["ratio"].get("total", 0) <= 1.2,
-    }
-
-
-def _print_run(number: int, run: Mapping[str, Any]) -> None:
-    forwarder, latency = run["forwarder"], run["latency"]
-    lat = "-" if latency is None else f"{latency['p50_s']:.2f}/{latency['p99_s']:.2f}/{latency['max_s']:.2f}"
-    mem = forwarder["memory_mib"]
-    print(f"{number:>6} {run['reference_msgs_per_s']:>13,.0f} {run['librdkafka_msgs_per_s']:>12,.0f} "
-          f"{forwarder['rows_per_s']:>12,.0f} {run['ratio']:>10.2f} {run['ratio_librdkafka']:>10.2f} "
-          f"{forwarder['batches']:>7} {lat:>16} {mem.get('total', 0):>10,.0f}", flush=True)
-
-
-def print_report(results: Mapping[str, Any]) -> None:
-    median, env = results["median"], results["environment"]
-    lat = "-" if median["latency_p50_s"] is None else (
-        f"{median['latency_p50_s']:.2f}/{median['latency_p99_s']:.2f}/{median['latency_max_s']:.2f}")
-    print(f"{'median':>6} {median['reference_msgs_per_s']:>13,.0f} {median['librdkafka_msgs_per_s']:>12,.0f} "
-          f"{median['forwarder_rows_per_s']:>12,.0f} {median['ratio']:>10.2f} {median['ratio_librdkafka']:>10.2f} "
-          f"{'':>7} {lat:>16}")
-    memory = results.get("memory")
-    if memory:
-        for label, peaks in memory["peak_mib"].items():
-            print(f"peak RSS MiB at {label:>4} ({memory['rows'][label]:,} rows, "
-                  f"{memory['rows_per_s'][label]:,.0f} rows/s): "
-                  + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
-        print("ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in memory["ratio"].items()))
-    print("targets: " + ", ".join(f"{k}: {'-' if v is None else 'met' if v else 'NOT met'}"
-                                  for k, v in results["targets"].items()))
-    print(f"machine: {env['cpus']} cpus, {env['memory_gib']} GiB, master {env['spark_master']}, "
-          f"load {env['load_avg'][0]:.2f} -> {env['load_avg_end'][0]:.2f}, crc32c native: {env['kafka_crc32c_native']}")
 
 
 def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG) -> int:
@@ -246,10 +276,8 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         builder = builder.master("local[2]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    print(f"{'run':>6} {'kafka-python/s':>13} {'librdkafka/s':>12} {'forwarder/s':>12} {'x kafka-py':>10} "
-          f"{'x rdkafka':>10} {'batches':>7} {'lat p50/p99/max':>16} {'peak MiB':>10}", flush=True)
     results = run(spark, args)
-    print_report(results)
+    report.print_report(results)
     output = os.path.abspath(args.output)
     with open(output, "w") as out:
         json.dump(results, out, indent=2)

@@ -148,10 +148,11 @@ class Bench:
         self.jvm_pid = jvm_pid
         self.others = {} if broker_pid is None else {broker_pid: "broker"}
 
-    def config(self, topic: str, log_topic: str, name: str) -> ForwarderConfig:
+    def config(self, topic: str, log_topic: str, name: str, extra: Sequence[str] = ()) -> ForwarderConfig:
         root = os.path.join(self.workdir, name)
         return load_config(self.config_path, [
-            *self.overrides, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null", f"source.subscribe={topic}",
+            *self.overrides, *extra, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null",
+            f"source.subscribe={topic}",
             "source.subscribe_pattern=null", "source.assign=null", "source.remote_offsets=commit_log",
             f"source.commit_log_topic={log_topic}", f"source.commit_groups=[{LEADER_GROUP}]",
             "source.starting_offsets=earliest", f"sink.path={root}/table",
@@ -160,12 +161,14 @@ class Bench:
         ])
 
     @contextmanager
-    def forwarder(self, topic: str, log_topic: str, name: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
+    def forwarder(self, topic: str, log_topic: str, name: str,
+                  extra: Sequence[str] = ()) -> Iterator[tuple[Any, DeltaLogWatcher]]:
+        """The job's forwarder on `topic`; `extra`: more config overrides (sink.engine, trigger)."""
         from pyspark.sql import SparkSession
 
         from synclib.app.job import Forwarder
 
-        config = self.config(topic, log_topic, name)
+        config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
         query = Forwarder(config, None)._start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
         try:
@@ -174,12 +177,12 @@ class Bench:
         finally:
             _stop_between_batches(query)
 
-    def throughput(self, topic: str, ends: PartitionEnds, name: str) -> dict[str, Any]:
+    def throughput(self, topic: str, ends: PartitionEnds, name: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Forwarder rows/s on a committed backlog, after a warm-up slice; peak RSS meanwhile."""
         log_topic = self.cluster.topic(f"{name}-commit-log", 1)
         warm = {p: max(1, int(end * self.settings.warmup)) for p, end in ends.items()}
         self.cluster.commit(log_topic, topic, warm)
-        with self.forwarder(topic, log_topic, name) as (query, watcher):
+        with self.forwarder(topic, log_topic, name, extra) as (query, watcher):
             warm_commit = watcher.wait_for(topic, warm, query)
             with TreeMemory(self.jvm_pid, self.others) as memory:
                 self.cluster.commit(log_topic, topic, ends)
@@ -205,13 +208,13 @@ class Bench:
                 return progress
             time.sleep(0.05)
 
-    def latency(self, name: str) -> dict[str, Any]:
+    def latency(self, name: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Seconds from each leader commit's acknowledgement to its offsets being in the table."""
         settings = self.settings
         topic = self.cluster.topic(f"{name}-live", self.cluster.partitions)
         log_topic = self.cluster.topic(f"{name}-live-commit-log", 1)
         with LiveProducer(self.cluster, topic, settings.latency_rate, settings.value_bytes) as producer, \
-                self.forwarder(topic, log_topic, name) as (query, watcher):
+                self.forwarder(topic, log_topic, name, extra) as (query, watcher):
             warm = self._wait_produced(producer)
             self.cluster.commit(log_topic, topic, warm)
             watcher.wait_for(topic, warm, query)

@@ -8,37 +8,58 @@ from pathlib import Path
 from benchmarks import benchmark
 from tests import mock_cluster
 
+CONTENDERS = {"kafka-python (1 process)", "librdkafka (1 process)", "Spark Kafka source -> delta-rs",
+              "forwarder -> delta-rs"}
+
 
 @mock_cluster.NO_CREATE_TOPICS  # the benchmark creates its topics with Kafka's admin API
 def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     output = tmp_path / "benchmark-results.json"
     assert benchmark.main([
         "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
-        "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
-        "--latency-interval", "0.3", "--latency-rate", "200", "--workdir", str(tmp_path / "work"),
-        "--output", str(output),
+        "--engines", "delta-rs", "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
+        "--latency-interval", "0.3", "--latency-rate", "200", "--floor-steps", "2", "--floor-triggers", "250ms",
+        "--floor-interval", "0.3", "--workdir", str(tmp_path / "work"), "--output", str(output),
     ]) == 0
     results = json.loads(output.read_text())
 
-    assert results["warmup_run"]["rows"] == 2 * 300 - 2 * int(300 * 0.2)
+    timed_rows = 2 * 300 - 2 * int(300 * 0.2)
+    assert results["warmup_run"]["delta-rs"]["rows"] == timed_rows
+    assert results["warmup_run"]["spark-kafka delta-rs"]["rows"] == timed_rows
     run = results["runs"][0]
     forwarder = run["forwarder"]
-    assert forwarder["rows"] == 2 * 300 - 2 * int(300 * 0.2)
+    assert forwarder == run["forwarders"]["delta-rs"]
+    assert forwarder["rows"] == timed_rows
     assert run["reference_msgs_per_s"] > 0 and forwarder["rows_per_s"] > 0 and forwarder["batches"] >= 1
     assert abs(run["ratio"] - forwarder["rows_per_s"] / run["reference_msgs_per_s"]) < 1e-9
     assert abs(run["ratio_librdkafka"] - forwarder["rows_per_s"] / run["librdkafka_msgs_per_s"]) < 1e-9
     assert forwarder["memory_mib"]["jvm"] > 0 and forwarder["memory_mib"]["total"] >= forwarder["memory_mib"]["jvm"]
+    peer = run["spark_kafka"]["delta-rs"]
+    assert peer["rows"] == timed_rows and peer["rows_per_s"] > 0 and peer["cpu_s"]["jvm"] >= 0
+    assert len(run["load_avg"]) == 3
 
     latency = run["latency"]
     assert latency["steps"] == 2 and len(latency["samples_s"]) == 2
     assert 0 < latency["p50_s"] <= latency["p99_s"] <= latency["max_s"]
+    assert list(run["latencies"]) == [results["settings"]["trigger"]]
+
+    floor = results["floor"]["250ms"]
+    assert floor["steps"] == 2 and len(floor["latency"]["samples_s"]) == 2
+    assert floor["one_row_batches"] >= 1 and "addBatch" in floor["one_row_ms"]
+    assert floor["idle_triggers"] >= 1 and "latestOffset" in floor["idle_ms"]
 
     memory = results["memory"]
     assert memory["rows"] == {"N": 2 * 100 - 2 * int(100 * 0.2), "2N": 2 * 200 - 2 * int(200 * 0.2)}
     assert set(memory["ratio"]) >= {"jvm", "total"}
 
+    table = results["median"]["table"]
+    assert set(table) == CONTENDERS
+    assert table["forwarder -> delta-rs"]["forwarder delta-rs x"] == 1.0
+    assert abs(table["Spark Kafka source -> delta-rs"]["forwarder delta-rs x"]
+               - forwarder["rows_per_s"] / peer["rows_per_s"]) < 1e-9
+    assert table["forwarder -> delta-rs"]["cpu_us_per_row"]["total"] > 0
     assert results["median"]["ratio"] == run["ratio"]
-    assert set(results["targets"]) == {"ratio >= 1.5", "ratio to librdkafka >= 1.0", "latency p50 <= 1s",
-                                       "latency p99 <= 3s",
-                                       "peak memory at the larger backlog <= 1.2x N (total)"}
+    assert set(results["targets"]) == {
+        "ratio >= 1.5", "ratio to librdkafka >= 1.0", "forwarder delta-rs >= 1.2x Spark's Kafka source -> delta-rs",
+        "latency p50 <= 0.5s", "latency p99 <= 1.0s", "peak memory at the larger backlog <= 1.2x N (total)"}
     assert results["environment"]["cpus"] >= 1 and results["broker"] == bootstrap_servers

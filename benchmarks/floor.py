@@ -1,0 +1,106 @@
+"""The fixed cost of a forwarder micro-batch: one-row batches and idle triggers.
+
+On a quiet topic, the leader commits one new event at a time (every 0.5-1.5x `interval_s`):
+each commit becomes a one-row micro-batch. Per step, from the commit-log message being
+acknowledged to the Delta commit holding it appearing in the table's log, split into the wait
+for the batch that picks it up (the trigger's phase) and that batch's own time, from Spark's
+`durationMs` of the query's progress events: latestOffset (the planner's round trip to the
+leader's offsets and the broker), walCommit (Spark's offset log), getBatch and queryPlanning,
+addBatch (task launch, Python worker read and write, the Delta commit), commitOffsets (Spark's
+commit log). Idle triggers report progress too (`noDataProgressEventInterval` 0 for this
+query): their latestOffset is what the planner costs every trigger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from benchmarks.cluster import PartitionEnds
+from benchmarks.phases import Bench, _percentile
+
+NO_DATA_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
+
+
+def _start_time(progress: Mapping[str, Any]) -> float:
+    return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _medians(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    keys = sorted({k for e in events for k in e["durationMs"]})
+    return {k: statistics.median(e["durationMs"].get(k, 0) for e in events) for k in keys}
+
+
+def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s: float) -> dict[str, Any]:
+    """One-row batches and idle triggers of the forwarder configured by `extra` overrides."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    cluster = bench.cluster
+    topic = cluster.topic(f"{name}-quiet", cluster.partitions)
+    log_topic = cluster.topic(f"{name}-quiet-commit-log", 1)
+    producer = cluster.producer(linger_ms=0)
+    events: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def produce_one(partition: int, ends: PartitionEnds) -> PartitionEnds:
+        metadata = producer.send(topic, value=b'{"floor": %d}' % partition, partition=partition).get(30)
+        return {**ends, partition: metadata.offset + 1}
+
+    def collect(query: Any) -> None:
+        for progress in query.recentProgress:
+            event = json.loads(progress.json)
+            events[(event["batchId"], event["timestamp"])] = event
+
+    previous = spark.conf.get(NO_DATA_INTERVAL, None)
+    spark.conf.set(NO_DATA_INTERVAL, "0")  # read when the query starts
+    try:
+        ends: PartitionEnds = {}
+        for partition in range(cluster.partitions):
+            ends = produce_one(partition, ends)
+        with bench.forwarder(topic, log_topic, name, extra) as (query, watcher):
+            if previous is None:
+                spark.conf.unset(NO_DATA_INTERVAL)
+            else:
+                spark.conf.set(NO_DATA_INTERVAL, previous)
+            cluster.commit(log_topic, topic, ends)
+            watcher.wait_for(topic, ends, query)
+            published = []
+            for step in range(steps):
+                time.sleep(random.uniform(0.5, 1.5) * interval_s)
+                ends = produce_one(step % cluster.partitions, ends)
+                published.append((dict(ends), cluster.commit(log_topic, topic, ends)))
+                collect(query)
+            seen = [watcher.wait_for(topic, offsets, query) for offsets, _ in published]
+            time.sleep(0.5)
+            collect(query)
+    finally:
+        producer.close(timeout=5)
+        if spark.conf.get(NO_DATA_INTERVAL, None) == "0":
+            if previous is None:
+                spark.conf.unset(NO_DATA_INTERVAL)
+            else:
+                spark.conf.set(NO_DATA_INTERVAL, previous)
+    by_batch = {e["batchId"]: e for e in events.values() if e["numInputRows"] > 0}
+    one_row = [e for e in by_batch.values() if e["numInputRows"] == 1]
+    idle = [e for e in events.values() if e["numInputRows"] == 0]
+    latencies = [commit.seen_at - at for commit, (_, at) in zip(seen, published, strict=True)]
+    waits, batch_s = [], []
+    for commit, (_, at) in zip(seen, published, strict=True):
+        batch = by_batch.get(commit.batch_id) if commit.batch_id is not None else None
+        if batch is not None:
+            waits.append(_start_time(batch) - at)
+            batch_s.append(commit.seen_at - _start_time(batch))
+    return {
+        "steps": steps,
+        "latency": {"p50_s": _percentile(latencies, 50), "p99_s": _percentile(latencies, 99),
+                    "max_s": max(latencies), "samples_s": [round(x, 3) for x in latencies]},
+        "wait_for_batch_s": {"p50": _percentile(waits, 50), "max": max(waits)} if waits else None,
+        "batch_start_to_table_s": {"p50": _percentile(batch_s, 50), "max": max(batch_s)} if batch_s else None,
+        "one_row_batches": len(one_row), "one_row_ms": _medians(one_row),
+        "idle_triggers": len(idle), "idle_ms": _medians(idle),
+    }

@@ -1,0 +1,181 @@
+"""The benchmark's medians, targets and printed tables (benchmarks/benchmark.py runs the phases)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# CPU roles as printed: procmem's roles, the Python driver and other Python processes together.
+CPU_COLUMNS = (("jvm", ("jvm",)), ("py-workers", ("python-worker",)),
+               ("py-driver", ("driver", "python-driver-runner")), ("broker", ("broker",)))
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def peers(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every measured contender of one run: name -> {rows, rows_per_s, cpu_s} or {error}."""
+    found: dict[str, dict[str, Any]] = {
+        "kafka-python (1 process)": {"rows": run["backlog_rows"], "rows_per_s": run["reference_msgs_per_s"],
+                                     "cpu_s": run["reference_cpu_s"]},
+        "librdkafka (1 process)": {"rows": run["backlog_rows"], "rows_per_s": run["librdkafka_msgs_per_s"],
+                                   "cpu_s": run["librdkafka_cpu_s"]},
+    }
+    for engine, result in run.get("spark_kafka", {}).items():
+        found[f"Spark Kafka source -> {engine}"] = result
+    for engine, result in run.get("forwarders", {}).items():
+        found[f"forwarder -> {engine}"] = result
+    return found
+
+
+def cpu_us_per_row(result: Mapping[str, Any]) -> dict[str, float]:
+    cpu, rows = result.get("cpu_s") or {}, result.get("rows") or 0
+    if not rows:
+        return {}
+    per_role = {column: sum(cpu.get(role, 0.0) for role in roles) * 1e6 / rows for column, roles in CPU_COLUMNS}
+    per_role["total"] = sum(cpu.values()) * 1e6 / rows
+    return per_role
+
+
+def ratios(run: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """forwarder engine -> contender -> the forwarder's rows/s over the contender's."""
+    contenders = peers(run)
+    out: dict[str, dict[str, float]] = {}
+    for engine, forwarder in run.get("forwarders", {}).items():
+        if "rows_per_s" not in forwarder:
+            continue
+        out[engine] = {name: forwarder["rows_per_s"] / peer["rows_per_s"]
+                       for name, peer in contenders.items() if peer.get("rows_per_s")}
+    return out
+
+
+def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    names = list(peers(runs[0]))
+    table: dict[str, Any] = {}
+    for name in names:
+        results = [peers(r).get(name, {}) for r in runs]
+        ok = [r for r in results if "rows_per_s" in r]
+        cpu = [cpu_us_per_row(r) for r in ok]
+        table[name] = {
+            "rows_per_s": median([r["rows_per_s"] for r in ok]),
+            "cpu_us_per_row": {column: median([c.get(column) for c in cpu])
+                               for column in [*(c for c, _ in CPU_COLUMNS), "total"]} if ok else {},
+            "errors": [r["error"] for r in results if "error" in r],
+        }
+        for engine in {e for r in runs for e in ratios(r)}:
+            table[name][f"forwarder {engine} x"] = median([ratios(r).get(engine, {}).get(name) for r in runs])
+    latencies: dict[str, Any] = {}
+    for trigger in {t for r in runs for t in r.get("latencies", {})}:
+        found = [r["latencies"][trigger] for r in runs if r.get("latencies", {}).get(trigger)]
+        latencies[trigger] = {
+            "p50_s": median([x["p50_s"] for x in found]), "p99_s": median([x["p99_s"] for x in found]),
+            "max_s": max((x["max_s"] for x in found), default=None),
+        }
+    return {"table": table, "latency": latencies,
+            "reference_msgs_per_s": table["kafka-python (1 process)"]["rows_per_s"],
+            "librdkafka_msgs_per_s": table["librdkafka (1 process)"]["rows_per_s"],
+            "forwarder_rows_per_s": median([r["forwarder"].get("rows_per_s") for r in runs]),
+            "ratio": median([r.get("ratio") for r in runs]),
+            "ratio_librdkafka": median([r.get("ratio_librdkafka") for r in runs]),
+            "load_avg_1m": median([r["load_avg"][0] for r in runs])}
+
+
+def targets(results: Mapping[str, Any]) -> dict[str, bool | None]:
+    med, memory = results["median"], results.get("memory")
+    table = med["table"]
+    found: dict[str, bool | None] = {
+        "ratio >= 1.5": None if med["ratio"] is None else med["ratio"] >= 1.5,
+        "ratio to librdkafka >= 1.0": None if med["ratio_librdkafka"] is None else med["ratio_librdkafka"] >= 1.0,
+    }
+    for name, row in table.items():
+        if name.startswith("Spark Kafka source -> "):
+            engine = name.rsplit(" ", 1)[1]
+            ratio = row.get(f"forwarder {engine} x")
+            found[f"forwarder {engine} >= 1.2x Spark's Kafka source -> {engine}"] = (
+                None if ratio is None else ratio >= 1.2)
+    latency = med["latency"].get(results["settings"]["trigger"]) or {}
+    p50, p99 = latency.get("p50_s"), latency.get("p99_s")
+    found["latency p50 <= 0.5s"] = None if p50 is None else p50 <= 0.5
+    found["latency p99 <= 1.0s"] = None if p99 is None else p99 <= 1.0
+    found["peak memory at the larger backlog <= 1.2x N (total)"] = (
+        None if memory is None else memory["ratio"].get("total", 0) <= 1.2)
+    return found
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(table: Mapping[str, Mapping[str, Any]], title: str) -> None:
+    engines = sorted({k for row in table.values() for k in row if k.startswith("forwarder ") and k.endswith(" x")})
+    columns = [c for c, _ in CPU_COLUMNS] + ["total"]
+    print(title)
+    print(f"  {'':<34} {'rows/s':>10}  CPU us/row: " + " ".join(f"{c:>10}" for c in columns)
+          + "".join(f"  {e:>22}" for e in engines))
+    for name, row in table.items():
+        if row.get("rows_per_s") is None:
+            print(f"  {name:<34} failed: {'; '.join(row.get('errors', []))[:200]}")
+            continue
+        cpu = row["cpu_us_per_row"]
+        print(f"  {name:<34} {row['rows_per_s']:>10,.0f}              "
+              + " ".join(f"{_cell(cpu.get(c), '.2f'):>10}" for c in columns)
+              + "".join(f"  {_cell(row.get(e), '.2f'):>22}" for e in engines))
+
+
+def run_table(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """One run's contenders in the shape `print_table` takes."""
+    table: dict[str, dict[str, Any]] = {}
+    run_ratios = ratios(run)
+    for name, result in peers(run).items():
+        row: dict[str, Any] = {"rows_per_s": result.get("rows_per_s"), "cpu_us_per_row": cpu_us_per_row(result),
+                               "errors": [result["error"]] if "error" in result else []}
+        for engine, against in run_ratios.items():
+            row[f"forwarder {engine} x"] = against.get(name)
+        table[name] = row
+    return table
+
+
+def print_run(number: int, run: Mapping[str, Any]) -> None:
+    load = " ".join(f"{x:.2f}" for x in run["load_avg"])
+    print_table(run_table(run), f"run {number} (load average {load})")
+    for trigger, latency in run.get("latencies", {}).items():
+        print(f"  gate latency at trigger {trigger}: p50 {latency['p50_s']:.2f} / p99 {latency['p99_s']:.2f} / "
+              f"max {latency['max_s']:.2f} s; median batch ms {latency['batch_ms']}", flush=True)
+
+
+def print_report(results: Mapping[str, Any]) -> None:
+    med, env = results["median"], results["environment"]
+    loads = ", ".join(f"{r['load_avg'][0]:.2f}" for r in results["runs"])
+    print_table(med["table"], f"median of {len(results['runs'])} runs (1-min load average per run: {loads})")
+    for trigger, latency in med["latency"].items():
+        print(f"gate latency at trigger {trigger} (medians): p50 {_cell(latency['p50_s'], '.2f')} / "
+              f"p99 {_cell(latency['p99_s'], '.2f')} / max {_cell(latency['max_s'], '.2f')} s")
+    for trigger, floor in results.get("floor", {}).items():
+        print(f"batch floor at trigger {trigger}: {floor_line(floor)}")
+    memory = results.get("memory")
+    if memory:
+        for label, peaks in memory["peak_mib"].items():
+            print(f"peak RSS MiB at {label:>4} ({memory['rows'][label]:,} rows, "
+                  f"{memory['rows_per_s'][label]:,.0f} rows/s): "
+                  + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
+        print("ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in memory["ratio"].items()))
+    print("targets: " + ", ".join(f"{k}: {'-' if v is None else 'met' if v else 'NOT met'}"
+                                  for k, v in results["targets"].items()))
+    print(f"machine: {env['cpus']} cpus, {env['memory_gib']} GiB, master {env['spark_master']}, broker "
+          f"{results['broker']}, load {env['load_avg'][0]:.2f} -> {env['load_avg_end'][0]:.2f}, "
+          f"crc32c native: {env['kafka_crc32c_native']}")
+
+
+def floor_line(floor: Mapping[str, Any]) -> str:
+    one, idle = floor.get("one_row_ms") or {}, floor.get("idle_ms") or {}
+    latency = floor.get("latency") or {}
+    wait, batch = floor.get("wait_for_batch_s") or {}, floor.get("batch_start_to_table_s") or {}
+    parts = [f"one-row latency p50 {_cell(latency.get('p50_s'), '.3f')} / p99 {_cell(latency.get('p99_s'), '.3f')} s"
+             f" = wait for the batch (p50 {_cell(wait.get('p50'), '.3f')} s) + batch start to table "
+             f"(p50 {_cell(batch.get('p50'), '.3f')} s)",
+             "one-row batch ms " + ", ".join(f"{k} {v:.0f}" for k, v in one.items()),
+             "idle trigger ms " + ", ".join(f"{k} {v:.0f}" for k, v in idle.items())]
+    return "; ".join(parts)
