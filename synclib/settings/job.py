@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from synclib.settings.kafka import KafkaConfig
-from synclib.settings.model import KEEP_NULL, Section, SettingError
+from synclib.settings.model import KEEP_NULL, Invalid, Section, SettingError
 from synclib.settings.source import BOOTSTRAP_OPTION, SourceConfig
 from synclib.settings.values import (
     EMBEDDED,
@@ -44,6 +45,40 @@ class MaintenanceConfig(Section):
         return self.target_file_size_mb << 20
 
 
+def _fraction(raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise Invalid("a fraction between 0 and 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise Invalid("a fraction between 0 and 1")
+    return value
+
+
+def _column(raw: Any) -> str:
+    if not isinstance(raw, str) or not _COLUMN.fullmatch(raw):
+        raise Invalid("a column name (letters, digits, _)")
+    return raw
+
+
+Fraction = Annotated[float, BeforeValidator(_fraction)]
+ColumnName = Annotated[str, BeforeValidator(_column)]
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class DeadLettersConfig(Section):
+    """`sink.dead_letters`: rows the transform rejects or raises on go to a second Delta table
+    instead of failing their micro-batch (`synclib.delta.dead_letters`). Off by default."""
+
+    enabled: Boolean = False
+    path: FilePath | None = None  # default: `<sink.path>_dead_letters`, beside the main table
+    # A nullable string column the transform may add: not null marks the row as a dead letter
+    # (the value is its error message). The transform's output must then keep topic, partition, offset.
+    error_column: ColumnName | None = None
+    max_fraction: Fraction = 1.0  # more failed rows than this fraction of a batch stop the job
+    max_rows: PositiveInt = 25  # more failed rows than this in one batch stop the job
+
+
 class SinkConfig(Section):
     """`sink`: the Delta table and how it is written."""
 
@@ -54,6 +89,12 @@ class SinkConfig(Section):
     # With a new checkpoint on an existing table, start from the offsets the table records.
     resume_from_table: Boolean = True
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    dead_letters: DeadLettersConfig = Field(default_factory=DeadLettersConfig)
+
+    @property
+    def dead_letters_path(self) -> str:
+        """The dead-letter table: `dead_letters.path`, else `<path>_dead_letters`."""
+        return self.dead_letters.path or self.path.rstrip("/") + "_dead_letters"
 
 
 class CheckpointConfig(Section):

@@ -1,0 +1,416 @@
+"""Dead letters: rows the transform rejects or raises on go to a second Delta table, so one
+poison event does not stop the forwarder.
+
+With `sink.dead_letters.enabled` the job writes through `foreachBatch` (both engines) and
+applies the transform inside it, to each micro-batch of source rows:
+
+1. The main table is written first, exactly as without dead letters: one Delta commit with
+   the application transaction `(app_id, batch id)` and the batch's offsets. Rows whose
+   error column (`sink.dead_letters.error_column`, a nullable string the transform may add)
+   is not null are left out of it; Spark's `observe` counts them in the same pass.
+2. If that write fails, the batch's source rows are cached and the transform is evaluated
+   on them with Spark's `noop` writer (nothing written): all of them first (success means the
+   failure was not the transform's, and it is raised as it was), then halves, down to
+   single rows (`synclib.delta.isolation`). The rows it raises on are poison; the others go
+   to the main table in one commit.
+3. The dead letters (rejected and poison rows: source columns, error class and message,
+   batch id, app id, time) go to the dead-letter table in one commit carrying the same
+   transaction `(app_id, batch id)` and offsets.
+
+Exactly once: a batch replayed after a crash finds its transaction in the main table and
+skips the write; if the dead-letter table lacks it, the batch's dead letters are derived
+again (the transform must be deterministic) and written, once. Neither table can hold a
+batch twice. `max_fraction` and `max_rows` stop the query with an error naming the batch's
+offsets when too much of a batch fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from synclib.delta import checkpoint
+from synclib.delta.isolation import Error, Failure, Key, OffsetRange, TooManyFailures, describe, isolate
+from synclib.delta.table import DATE_COLUMN, current_table
+from synclib.delta.writer import (
+    DELTA_SPARK,
+    DeltaStreamWriter,
+    check_table_layout,
+    commit_metadata,
+    resolve_engine,
+    utc_date,
+)
+
+logger = logging.getLogger(__name__)
+
+BATCH_FORMAT = "synclib_delta_batch"
+REJECTED = "REJECTED_BY_TRANSFORM"  # error_class of a row the transform marked in its error column
+SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+SCHEMA = StructType([
+    StructField("topic", StringType()), StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+    StructField("key", BinaryType()), StructField("value", BinaryType()),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())]))),
+    StructField("error_class", StringType()), StructField("error_message", StringType()),
+    StructField("batch_id", LongType()), StructField("app_id", StringType()),
+    StructField("dead_lettered_at", TimestampType())])
+MESSAGE_CHARS = 4000  # error messages are cut to this length
+
+Transform = Callable[[DataFrame], DataFrame]
+
+
+class DeadLetterLimitExceeded(RuntimeError):
+    """Too much of one batch failed the transform (`max_fraction` or `max_rows`)."""
+
+
+# --- the delta-rs engine's batch path: `synclib_delta` for one batch of foreachBatch --------
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    """The `synclib_delta` stream writer for one batch write (option `batchId`): the same
+    Parquet files and the same idempotent Delta commit."""
+
+    def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
+        self._stream = DeltaStreamWriter(schema, options)
+        self._batch_id = int(options["batchId"])
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self._stream.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._stream.commit(messages, self._batch_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._stream.abort(messages, self._batch_id)
+
+
+class DeltaBatchSink(DataSource):
+    """Format `synclib_delta_batch`: options `path`, `checkpointLocation`, `batchId`,
+    `partitionBy` (JSON list), `logCheckpoints`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return BATCH_FORMAT
+
+    def writer(self, schema: StructType, overwrite: bool) -> DeltaBatchWriter:
+        return DeltaBatchWriter(schema, self.options)
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """One Delta table written once per micro-batch, idempotently, by either engine."""
+
+    engine: str
+    path: str
+    checkpoint: str
+    partition_by: tuple[str, ...] = ()
+    log_checkpoints: bool = True
+
+    def done(self, app_id: str, batch_id: int) -> bool:
+        """Whether the table holds batch `batch_id` of `app_id` (its transaction version)."""
+        table = current_table(self.path)
+        version = None if table is None else table.transaction_version(app_id)
+        return version is not None and version >= batch_id
+
+    def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
+        if self.engine == DELTA_SPARK:
+            offsets = checkpoint.batch_offsets(self.checkpoint, batch_id)
+            writer = (df.write.format("delta").mode("append")
+                      .option("txnAppId", app_id).option("txnVersion", batch_id)
+                      .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
+            if self.partition_by:
+                writer = writer.partitionBy(*self.partition_by)
+            writer.save(self.path)
+            return
+        (df.write.format(BATCH_FORMAT).mode("append")
+         .option("path", self.path).option("checkpointLocation", self.checkpoint)
+         .option("batchId", str(batch_id)).option("partitionBy", json.dumps(list(self.partition_by)))
+         .option("logCheckpoints", str(self.log_checkpoints).lower()).save())
+
+
+# --- one micro-batch -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    max_fraction: float = 1.0  # of a batch's rows; above it the query stops
+    max_rows: int = 25  # per batch; above it the query stops (and isolation stops looking)
+
+
+class DeadLetterBatches:
+    """The `foreachBatch` function: main table, isolation, dead-letter table (module docstring).
+
+    Runs in the driver's Python process, so its counters are the job's: `total` dead letters
+    by topic in this run and `by_batch` (batch id -> dead letters of that batch).
+    """
+
+    def __init__(self, main: DeltaTarget, dead: DeltaTarget, transform: Transform | None,
+                 error_column: str | None, limits: Limits, partition_by_date: bool = False) -> None:
+        self.main, self.dead = main, dead
+        self.transform = transform
+        self.error_column = error_column
+        self.limits = limits
+        self.partition_by_date = partition_by_date
+        self.total: Counter[str] = Counter()
+        self.by_batch: dict[int, int] = {}
+
+    # the transform as the main table sees it
+    def transformed(self, raw: DataFrame) -> DataFrame:
+        return raw if self.transform is None else self.transform(raw)
+
+    def prepared(self, raw: DataFrame) -> DataFrame:
+        """What goes to the main table: transformed, rejected rows out, the date column added."""
+        df = self.transformed(raw)
+        if self.error_column is not None:
+            df = df.where(F.col(self.error_column).isNull()).drop(self.error_column)
+        if self.partition_by_date:
+            df = df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp")))
+        return df
+
+    def __call__(self, raw: DataFrame, batch_id: int) -> None:
+        app_id = checkpoint.app_id(self.main.checkpoint)
+        try:
+            if self.main.done(app_id, batch_id):
+                if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
+                    self._dead_letters_again(raw, app_id, batch_id)
+                return
+            self._forward(raw, app_id, batch_id)
+        finally:
+            raw.unpersist()
+
+    def _forward(self, raw: DataFrame, app_id: str, batch_id: int) -> None:
+        rows_seen, rejected_seen = Observation(), Observation()
+        keys: list[Key] | None = None
+        source = raw.observe(rows_seen, F.count(F.lit(1)).alias("rows"))
+        try:
+            self.main.write(self._observed_prepared(source, rejected_seen), app_id, batch_id)
+        except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
+            rows, keys, poison = self._isolate(raw, failure)
+            self._check(batch_id, len(poison), rows, keys, poison)
+            rows_seen, rejected_seen = Observation(), Observation()
+            good = raw.where(~_rows_in(poison)) if poison else raw
+            self.main.write(self._observed_prepared(good, rejected_seen), app_id, batch_id)
+        else:
+            poison = []
+            rows = int(rows_seen.get["rows"])
+        rejected = int(rejected_seen.get["rejected"]) if self.error_column is not None else 0
+        if rejected or poison:
+            self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
+
+    def _observed_prepared(self, raw: DataFrame, rejected: Observation) -> DataFrame:
+        if self.error_column is None:
+            return self.prepared(raw)
+        df = self.transformed(raw).observe(
+            rejected, F.count(F.col(self.error_column)).alias("rejected"))
+        df = df.where(F.col(self.error_column).isNull()).drop(self.error_column)
+        return df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp"))) if self.partition_by_date else df
+
+    def _dead_letters_again(self, raw: DataFrame, app_id: str, batch_id: int) -> None:
+        """A replayed batch already in the main table: derive its dead letters and write them
+        unless it had none."""
+        rows, keys, poison = self._isolate(raw, None)
+        rejected = self._rejected(raw, poison).count() if self.error_column is not None else 0
+        if rejected or poison:
+            logger.info("batch %d is in %s but not its dead letters: writing them", batch_id, self.main.path)
+            self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
+
+    def _isolate(self, raw: DataFrame, failure: Exception | None) -> tuple[int, list[Key], list[Failure]]:
+        """(rows, sorted keys, poison rows) of the batch; `failure` (what writing it raised) is
+        raised again when the transform succeeds on every row, or the rows cannot be read."""
+        raw.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            keys = sorted((r[0], int(r[1]), int(r[2]))
+                          for r in raw.select("topic", "partition", "offset").collect())
+        except Exception:
+            if failure is not None:
+                raise failure from None
+            raise
+        everything = self._evaluate(raw, None)
+        if everything is None:
+            if failure is not None:
+                raise failure
+            return len(keys), keys, []
+        logger.warning("the transform fails on the batch (%s: %s); isolating the rows it fails on",
+                       everything[0], everything[1].splitlines()[0] if everything[1] else "")
+        try:
+            poison = isolate(keys, lambda ranges: self._evaluate(raw, ranges), self.limits.max_rows, everything)
+        except TooManyFailures as exc:
+            raise DeadLetterLimitExceeded(
+                f"more than sink.dead_letters.max_rows ({exc.limit}) rows of the batch covering "
+                f"{describe(keys)} fail the transform, e.g. at {_where(exc.found[0])}: "
+                f"{exc.found[0].error_class}: {_first_line(exc.found[0].message)}") from None
+        return len(keys), keys, poison
+
+    def _evaluate(self, raw: DataFrame, ranges: Sequence[OffsetRange] | None) -> Error | None:
+        """Run the main table's side of the transform on `ranges` of the batch (all of it when
+        None) without writing anything; what it raised, if it did."""
+        rows = raw if ranges is None else raw.where(_ranges_filter(ranges))
+        try:
+            self.prepared(rows).write.format("noop").mode("overwrite").save()
+        except Exception as exc:  # noqa: BLE001 - what the transform raises is data here
+            return error_of(exc)
+        return None
+
+    def _rejected(self, raw: DataFrame, poison: Sequence[Failure]) -> DataFrame:
+        """Keys and error of the rows the transform marked in its error column."""
+        assert self.error_column is not None
+        rows = raw.where(~_rows_in(poison)) if poison else raw
+        return (self.transformed(rows).where(F.col(self.error_column).isNotNull())
+                .select("topic", "partition", "offset", F.lit(REJECTED).alias("error_class"),
+                        F.col(self.error_column).cast("string").alias("error_message")))
+
+    def _check(self, batch_id: int, failed: int, rows: int, keys: Sequence[Key] | None,
+               examples: Sequence[Failure]) -> None:
+        if failed == 0 or (failed <= self.limits.max_fraction * rows and failed <= self.limits.max_rows):
+            return
+        example = f", e.g. at {_where(examples[0])}: {examples[0].error_class}: " \
+                  f"{_first_line(examples[0].message)}" if examples else ""
+        covers = describe(keys) if keys else "its offsets (see the line below)"
+        raise DeadLetterLimitExceeded(
+            f"batch {batch_id}: {failed} of {rows} rows fail the transform, more than "
+            f"sink.dead_letters.max_fraction ({self.limits.max_fraction:g}) or max_rows "
+            f"({self.limits.max_rows}) allow; the batch covers {covers}{example}")
+
+    def _write_dead_letters(self, raw: DataFrame, app_id: str, batch_id: int, rows: int,
+                            keys: Sequence[Key] | None, poison: Sequence[Failure], rejected: int) -> None:
+        self._check(batch_id, len(poison) + rejected, rows, keys, poison)
+        spark = raw.sparkSession
+        errors: list[DataFrame] = []
+        if poison:
+            errors.append(spark.createDataFrame(
+                [(f.topic, f.partition, f.offset, f.error_class, f.message[:MESSAGE_CHARS]) for f in poison],
+                "topic string, partition int, offset long, error_class string, error_message string"))
+        if rejected:
+            errors.append(self._rejected(raw, poison))
+        failed = reduce(DataFrame.unionByName, errors)
+        source = raw if "headers" in raw.columns else raw.withColumn("headers", F.lit(None).cast(HEADERS_TYPE))
+        letters = (source.select(*SOURCE_COLUMNS)
+                   .join(F.broadcast(failed), ["topic", "partition", "offset"])
+                   .select(*SOURCE_COLUMNS, "error_class", F.substring("error_message", 1, MESSAGE_CHARS)
+                           .alias("error_message"), F.lit(batch_id).cast("long").alias("batch_id"),
+                           F.lit(app_id).alias("app_id"), F.current_timestamp().alias("dead_lettered_at")))
+        letters.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            by_topic = Counter({r[0]: int(r[1]) for r in letters.groupBy("topic").count().collect()})
+            self.dead.write(letters, app_id, batch_id)
+        finally:
+            letters.unpersist()
+        count = sum(by_topic.values())
+        self.total.update(by_topic)
+        self.by_batch[batch_id] = count
+        logger.warning("batch %d: %d dead letters written to %s (%s)", batch_id, count, self.dead.path,
+                       ", ".join(f"{_where(f)} {f.error_class}" for f in poison[:5])
+                       + (f"{', ' if poison else ''}{rejected} rejected by the transform" if rejected else ""))
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _rows_in(failures: Sequence[Failure]) -> Column:
+    return reduce(lambda a, b: a | b, [
+        (F.col("topic") == f.topic) & (F.col("partition") == f.partition) & (F.col("offset") == f.offset)
+        for f in failures])
+
+
+def _ranges_filter(ranges: Sequence[OffsetRange]) -> Column:
+    return reduce(lambda a, b: a | b, [
+        (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+        & (F.col("offset") >= r.start) & (F.col("offset") < r.end) for r in ranges])
+
+
+def _where(failure: Failure) -> str:
+    return f"{failure.topic}[{failure.partition}] offset {failure.offset}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): ", re.MULTILINE)
+
+
+def error_of(exc: BaseException) -> Error:
+    """(error class, message) of what evaluating the transform raised: Spark's error condition
+    (e.g. CAST_OVERFLOW), or for a Python UDF the Python exception's class (e.g. ValueError)."""
+    message = str(exc)
+    python = _PYTHON_ERROR.findall(message)
+    if python:
+        name = python[-1]
+        tail = message[message.rfind(name + ": "):]
+        return name.rsplit(".", 1)[-1], tail[len(name) + 2:].strip()[:MESSAGE_CHARS]
+    condition = None
+    for getter in ("getCondition", "getErrorClass"):
+        function = getattr(exc, getter, None)
+        if callable(function):
+            try:
+                condition = function()
+            except Exception:  # noqa: BLE001 - no condition then
+                condition = None
+            if condition:
+                break
+    return str(condition or type(exc).__name__), message[:MESSAGE_CHARS]
+
+
+def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path: str, dead_letters_path: str,
+                            checkpoint_location: str, error_column: str | None, limits: Limits,
+                            engine: str = "auto", partition_by: Sequence[str] = (),
+                            partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
+                            query_name: str | None = None,
+                            log_checkpoints: bool = True) -> tuple[StreamingQuery, DeadLetterBatches]:
+    """Start the streaming `raw` (the source's rows) through `transform` into the Delta table
+    at `path`, failed rows into the one at `dead_letters_path`; see the module docstring."""
+    spark = raw.sparkSession
+    chosen = resolve_engine(spark, engine)
+    location = checkpoint.normalize_location(checkpoint_location)
+    main_path, dead_path = checkpoint.normalize_location(path), checkpoint.normalize_location(dead_letters_path)
+    columns = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
+    main = DeltaTarget(chosen, main_path, location, tuple(columns), log_checkpoints)
+    dead = DeltaTarget(chosen, dead_path, location, (), True)
+    batches = DeadLetterBatches(main, dead, transform, error_column, limits, partition_by_date)
+    transformed = batches.transformed(raw)
+    if error_column is not None:
+        missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
+        if error_column not in transformed.columns or missing:
+            raise ValueError(f"sink.dead_letters.error_column {error_column!r}: the transform's output "
+                             f"must have it{' and ' + ', '.join(missing) if missing else ''} "
+                             "(rows it rejects are traced to their Kafka offsets)")
+    if partition_by_date and DATE_COLUMN in transformed.columns:
+        raise ValueError(f"partition_by_date adds column {DATE_COLUMN!r}, which the stream already has")
+    schema = batches.prepared(raw).schema
+    absent = [c for c in columns if c not in schema.fieldNames()]
+    if absent:
+        raise ValueError(f"partition columns not in the stream: {', '.join(absent)}")
+    if chosen != DELTA_SPARK:
+        check_table_layout(main_path, schema, columns)
+        check_table_layout(dead_path, SCHEMA, ())
+        spark.dataSource.register(DeltaBatchSink)
+    writer = raw.writeStream.option("checkpointLocation", location)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", main_path, chosen,
+                columns or "nothing", dead_path, location)
+    return writer.foreachBatch(batches).start(), batches

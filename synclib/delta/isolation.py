@@ -1,0 +1,97 @@
+"""Finding the poison rows of a micro-batch: the rows on which the transform raises.
+
+Pure arithmetic over the batch's Kafka offsets, no Spark: `isolate` halves a failing batch
+until each failure is pinned to one offset, asking a caller-supplied `evaluate` whether the
+transform raises on a set of offset ranges (`synclib.delta.dead_letters` runs the transform on
+those rows with Spark's `noop` writer). A part of the batch is handed over as one contiguous
+offset range per partition, so a filter on it stays short whatever the batch's size.
+
+The work is bounded: with `k` poison rows among `n`, at most `2 k log2(n)` evaluations, and
+the search stops (`TooManyFailures`) as soon as more than `limit` rows have failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+Key = tuple[str, int, int]  # (topic, partition, offset) of a row
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets `[start, end)` of one partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}] offsets [{self.start}, {self.end})"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A poison row: its partition and offset, and what the transform raised on it."""
+
+    topic: str
+    partition: int
+    offset: int
+    error_class: str
+    message: str
+
+    @property
+    def key(self) -> Key:
+        return self.topic, self.partition, self.offset
+
+
+class TooManyFailures(Exception):
+    """More rows failed than the limit allows; `found` holds those pinned so far."""
+
+    def __init__(self, found: Sequence[Failure], limit: int) -> None:
+        super().__init__(f"more than {limit} rows failed")
+        self.found = list(found)
+        self.limit = limit
+
+
+Error = tuple[str, str]  # (error class, message) of what the transform raised
+# evaluate(ranges) -> None when the transform succeeds on every row in `ranges`, else the error.
+Evaluate = Callable[[Sequence[OffsetRange]], "Error | None"]
+
+
+def ranges_of(keys: Sequence[Key]) -> list[OffsetRange]:
+    """The tightest offset range per partition covering sorted `keys`."""
+    return [OffsetRange(topic, partition, group[0][2], group[-1][2] + 1)
+            for (topic, partition), rows in groupby(keys, key=lambda k: (k[0], k[1]))
+            for group in [list(rows)]]
+
+
+def describe(keys: Sequence[Key]) -> str:
+    """`events[0] offsets [5, 9), events[1] offsets [3, 4)` for sorted `keys`."""
+    return ", ".join(str(r) for r in ranges_of(keys))
+
+
+def isolate(keys: Sequence[Key], evaluate: Evaluate, limit: int, known_error: Error | None = None) -> list[Failure]:
+    """The poison rows among `keys` (the batch's rows, sorted), in offset order. `known_error`:
+    what evaluating all of them raised (else they are evaluated first). Raises
+    TooManyFailures once more than `limit` rows have failed."""
+    found: list[Failure] = []
+    todo: list[tuple[Sequence[Key], Error | None]] = [(keys, known_error)]
+    while todo:
+        part, error = todo.pop()
+        if not part:
+            continue
+        if error is None:
+            error = evaluate(ranges_of(part))
+            if error is None:
+                continue
+        if len(part) == 1:
+            found.append(Failure(*part[0], *error))
+            if len(found) > limit:
+                raise TooManyFailures(sorted(found, key=lambda f: f.key), limit)
+            continue
+        middle = len(part) // 2
+        todo.extend([(part[middle:], None), (part[:middle], None)])  # the first half next
+    return sorted(found, key=lambda f: f.key)
