@@ -226,10 +226,9 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         results["runs"] = runs
         results["median"] = report.medians(runs)
         if args.floor_steps:
-            results["floor"] = {t: floor.floor(bench, f"floor-{t}", [*engine_sets[primary],
-                                                                     f"trigger.processing_time={t}"],
-                                               args.floor_steps, args.floor_interval)
-                                for t in args.floor_triggers}
+            results["floor"] = {t: _attempt(f"floor at {t}", lambda t=t: floor.floor(
+                bench, f"floor-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"],
+                args.floor_steps, args.floor_interval)) for t in args.floor_triggers}
             for t, found in results["floor"].items():
                 print(f"batch floor at trigger {t}: {report.floor_line(found)}", flush=True)
         if settings.memory_scale:

@@ -23,8 +23,10 @@ from typing import Any
 
 from benchmarks.cluster import PartitionEnds
 from benchmarks.phases import Bench, _percentile
+from benchmarks.procmem import TreeMemory
 
 NO_DATA_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
+IDLE_S = 5.0  # idle time after the steps (at most steps x interval): CPU per second of idle triggers
 
 
 def _start_time(progress: Mapping[str, Any]) -> float:
@@ -76,7 +78,9 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
                 published.append((dict(ends), cluster.commit(log_topic, topic, ends)))
                 collect(query)
             seen = [watcher.wait_for(topic, offsets, query) for offsets, _ in published]
-            time.sleep(0.5)
+            idle_s = min(IDLE_S, steps * interval_s)
+            with TreeMemory(bench.jvm_pid, bench.others) as idle_usage:  # what idle triggers cost
+                time.sleep(idle_s)
             collect(query)
     finally:
         producer.close(timeout=5)
@@ -103,4 +107,5 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
         "batch_start_to_table_s": {"p50": _percentile(batch_s, 50), "max": max(batch_s)} if batch_s else None,
         "one_row_batches": len(one_row), "one_row_ms": _medians(one_row),
         "idle_triggers": len(idle), "idle_ms": _medians(idle),
+        "idle_cpu_s_per_s": {role: round(cpu / idle_s, 4) for role, cpu in idle_usage.cpu_seconds_by_role().items()},
     }

@@ -133,4 +133,4 @@ class SparkKafkaPeer:
         seconds = last_commit_time(os.path.join(self.workdir, name, "table")) - started
         return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": rows / seconds,
                 "batches": len(timed), "cpu_s": usage.cpu_seconds_by_role(),
-                "memory_mib": usage.summary_mib()}
+                "memory_mib": usage.summary_mib(), "batch_ms": [p["durationMs"] for p in timed]}

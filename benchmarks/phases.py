@@ -197,7 +197,7 @@ class Bench:
         seconds = final.committed_at - started
         return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": rows / seconds,
                 "batches": len(timed), "memory_mib": memory.summary_mib(),
-                "cpu_s": memory.cpu_seconds_by_role()}
+                "cpu_s": memory.cpu_seconds_by_role(), "batch_ms": [b["durationMs"] for b in timed]}
 
     @staticmethod
     def _progress_until(query: Any, batch_id: int | None) -> list[dict[str, Any]]:

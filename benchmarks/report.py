@@ -170,6 +170,8 @@ def print_report(results: Mapping[str, Any]) -> None:
 
 
 def floor_line(floor: Mapping[str, Any]) -> str:
+    if "error" in floor:
+        return f"failed: {floor['error']}"
     one, idle = floor.get("one_row_ms") or {}, floor.get("idle_ms") or {}
     latency = floor.get("latency") or {}
     wait, batch = floor.get("wait_for_batch_s") or {}, floor.get("batch_start_to_table_s") or {}
@@ -177,5 +179,6 @@ def floor_line(floor: Mapping[str, Any]) -> str:
              f" = wait for the batch (p50 {_cell(wait.get('p50'), '.3f')} s) + batch start to table "
              f"(p50 {_cell(batch.get('p50'), '.3f')} s)",
              "one-row batch ms " + ", ".join(f"{k} {v:.0f}" for k, v in one.items()),
-             "idle trigger ms " + ", ".join(f"{k} {v:.0f}" for k, v in idle.items())]
+             "idle trigger ms " + ", ".join(f"{k} {v:.0f}" for k, v in idle.items()),
+             "idle CPU s/s " + ", ".join(f"{k} {v:.3f}" for k, v in (floor.get("idle_cpu_s_per_s") or {}).items())]
     return "; ".join(parts)
