@@ -2,7 +2,8 @@
 
 Run as `spark-submit jobs/forwarder.py --config FILE [--set key=value ...] [--available-now]`.
 Exit codes: 0 done, or stopped by SIGTERM/SIGINT after the batch in flight; 1 the query
-failed; 2 invalid configuration (checked before Spark starts); 130 a second signal stopped
+failed; 2 invalid configuration (checked before Spark starts); 3 Kafka cannot be reached or
+used with these settings, or a topic is missing (checked before Spark starts); 130 a second signal stopped
 the job at once (the interrupted batch is replayed, exactly once, on restart).
 """
 
@@ -25,6 +26,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, cast
 
 from synclib.app.monitoring import Monitoring
+from synclib.app.preflight import EXIT_KAFKA, KafkaUnavailable, check_job_kafka
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.source.status import PlannerStatus
 
@@ -130,6 +132,12 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     logger.info("configuration %s: %s", args.config, json.dumps(config.redacted(), default=str))
     if replaced:
         logger.info("embedded: a new world each run; removed the previous embedded run's %s", " and ".join(replaced))
+    if not config.kafka.embedded:
+        try:
+            check_job_kafka(config)
+        except KafkaUnavailable as exc:
+            print(f"forwarder: {exc}", file=sys.stderr, flush=True)
+            return EXIT_KAFKA
     try:
         return Forwarder(config, transform).run()
     except KeyboardInterrupt:

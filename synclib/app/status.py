@@ -30,6 +30,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from synclib.app.preflight import KafkaUnavailable, check_job_kafka
 from synclib.app.progress import table
 from synclib.delta.table import table_summary
 from synclib.kafka.admin import KafkaMetadata
@@ -239,8 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
                                        else config.kafka.bootstrap_servers)
+        check_job_kafka(config, bootstrap, min(args.timeout, config.kafka.connect_timeout))
         report = collect(config, bootstrap, args.timeout)
-    except (StatusError, KafkaError) as exc:
+    except (StatusError, KafkaError, KafkaUnavailable) as exc:
         print(f"status: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))

@@ -11,12 +11,14 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from synclib.kafka.client_config import KafkaConfigError, is_secret, kafka_client_config
+from synclib.kafka.preflight import DEFAULT_CONNECT_TIMEOUT_S
 from synclib.settings.model import Invalid, Section, SettingError, describe
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
     BootstrapServers,
     FilePath,
+    PositiveDuration,
     ProtocolChoice,
     SaslMechanismChoice,
     SecretString,
@@ -91,6 +93,8 @@ class KafkaConfig(Section):
 
     bootstrap_servers: BootstrapServers
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    # Before Spark starts, the job connects this long at most (synclib.kafka.preflight).
+    connect_timeout: PositiveDuration = DEFAULT_CONNECT_TIMEOUT_S
     # Java-style kafka-python option names without "kafka." -> value as a Spark option string.
     options: dict[str, str] = Field(default_factory=dict)
 

@@ -1,0 +1,27 @@
+"""The job's and the status command's Kafka check before anything else starts (`synclib.kafka.preflight`)."""
+
+from __future__ import annotations
+
+from synclib.kafka.client_config import kafka_client_config
+from synclib.kafka.preflight import KafkaUnavailable, check_kafka
+from synclib.settings import ForwarderConfig
+
+__all__ = ["EXIT_KAFKA", "KafkaUnavailable", "check_job_kafka"]
+
+# The forwarder's exit code when Kafka cannot be reached or used (README, exit codes).
+EXIT_KAFKA = 3
+
+
+def check_job_kafka(config: ForwarderConfig, bootstrap_servers: str | None = None,
+                    timeout_s: float | None = None) -> None:
+    """Raise `KafkaUnavailable` (one line) unless the brokers answer with the job's security
+    settings within `kafka.connect_timeout` and the topics it names exist: the subscribed or
+    assigned topics and, with `remote_offsets: commit_log`, the commit-log topic."""
+    source = config.source
+    setting = "source.subscribe" if source.subscribe is not None else "source.assign"
+    topics = {topic: setting for topic in source.topics}
+    if source.remote_offsets == "commit_log" and source.commit_log_topic:
+        topics[source.commit_log_topic] = "source.commit_log_topic"
+    client = kafka_client_config({"kafka.bootstrap.servers": bootstrap_servers or config.kafka.bootstrap_servers,
+                                  **config.kafka.client_options()})
+    check_kafka(client, topics, config.kafka.connect_timeout if timeout_s is None else timeout_s)
