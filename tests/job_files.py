@@ -15,7 +15,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from synclib.delta import checkpoint
-from synclib.delta.maintenance import COMPACTED_PREFIX
+from synclib.delta.maintenance import COMPACTED_FILE
 from synclib.delta.table import read_table_offsets
 
 PLANNING, READING, DELTA_COMMITTED, MAINTENANCE = "planning", "reading", "delta-committed", "maintenance"
@@ -120,7 +120,7 @@ class JobFiles:
     def pending_compacted(self) -> set[str]:
         """Compacted files in the table directory that no Delta commit adds (yet), orphans left out."""
         try:
-            written = {n for n in os.listdir(self.table) if n.startswith(COMPACTED_PREFIX)} - self._orphans
+            written = {n for n in os.listdir(self.table) if COMPACTED_FILE.fullmatch(n)} - self._orphans
         except FileNotFoundError:
             return set()
         if written <= self._compacted:
@@ -129,7 +129,7 @@ class JobFiles:
             if name not in self._scanned:
                 self._scanned.add(name)
                 for line in (self.table / "_delta_log" / name).read_text().splitlines():
-                    add = json.loads(line).get("add") if COMPACTED_PREFIX in line else None
+                    add = json.loads(line).get("add") if '"add"' in line else None
                     if add is not None:
                         self._compacted.add(add["path"])
         return written - self._compacted

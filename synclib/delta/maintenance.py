@@ -1,26 +1,41 @@
 """Delta table maintenance: compaction, vacuum, log checkpoints and expired-log cleanup.
 
 A forwarder adds one Delta version and a few small files per micro-batch. `run_pass` keeps
-its table healthy with delta-rs (no Spark):
+its table healthy with delta-rs (no Spark), with deltalake's own operations where they keep
+our guarantees, so the table's history says what happened (`OPTIMIZE`, `VACUUM START`/`END`):
 
-- compaction: per partition, files smaller than the target size are bin-packed (oldest
-  first) into files of about the target size and swapped in one commit whose actions have
-  `dataChange=false`. Files younger than `min_age` are left alone so compaction never
-  rewrites what the batch being written sits next to; in closed dates (the `date` partition
-  column below today, UTC) every small file is compacted;
-- vacuum of the files compaction removed, once older than `vacuum_retention` (tombstones
-  only: files of a batch still being written are never touched);
-- a log checkpoint every `checkpoint_interval` versions, and expired-log cleanup: log
-  entries older than `log_retention` below the newest checkpoint are deleted (every
-  update of a table lists its log on local and HDFS storage: a long log makes every batch
-  commit slower, about 5 us per log entry here).
+- compaction (`DeltaTable.optimize.compact`, history `OPTIMIZE`): per partition, files
+  smaller than the target size are bin-packed into files of about the target size, in one
+  commit whose actions have `dataChange=false` (Delta streaming readers skip it). Delta's
+  OPTIMIZE selects files by partition, not by age, so `min_age` applies per partition: a
+  partition is compacted once it holds a bin of at least two small files older than
+  `min_age` (its younger small files are compacted with them); in closed dates (the `date`
+  partition column below today, UTC) every small file counts as old;
+- vacuum (`DeltaTable.vacuum`, history `VACUUM START`/`VACUUM END`) of the files compaction
+  removed, once older than `vacuum_retention` (tombstones only: files of a batch still being
+  written are never touched), only when there is one to delete;
+- a log checkpoint (`create_checkpoint`) every `checkpoint_interval` versions, and
+  expired-log cleanup: log entries older than `log_retention` below the newest checkpoint
+  and the newest synclib commit are deleted (every update of a table lists its log on local
+  and HDFS storage: a long log makes every batch commit slower).
 
-Exactly once is unaffected: batch commits are blind appends, which delta-rs retries past a
-compaction commit (and a compaction past a batch commit), so neither is lost; compaction
-keeps every row and the application transactions live in the table state (kept by
-checkpoints). The offsets resume-from-table reads are the newest synclib commit's
-metadata (`synclib.delta.table.latest_synclib_commit`): maintenance commits carry none and are
-passed over, and log cleanup never removes that commit's log entry.
+Exactly once is unaffected: batch commits are blind appends, which delta-rs retries past an
+OPTIMIZE commit (and the OPTIMIZE past a batch commit), so neither is lost; compaction keeps
+every row and the application transactions live in the table state (kept by checkpoints).
+The offsets resume-from-table reads are the newest synclib commit's metadata
+(`synclib.delta.table.latest_synclib_commit`): maintenance commits carry none and are passed
+over, and log cleanup never removes that commit's log entry.
+
+Two compactions of the same files must not both commit (the rows would be doubled), e.g. a
+cron `maintain` next to the job's own thread: delta-rs 1.6 finds no conflict between two
+OPTIMIZE commits removing the same files, and drops the application transactions given to
+`optimize.compact` (both measured). So a compaction first *claims* the table with an empty
+commit carrying the maintenance application transaction (`synclib-maintenance`, version
+n + 1; two claims of the same n conflict, and the later one gives up) and its OPTIMIZE commit
+names the claim it closes; a pass that finds a claim neither closed nor expired (a pass
+that died holds it until `time_budget` + `CLAIM_MARGIN_S`) compacts nothing.
+With `sink.engine: delta-spark` the job's passes run Delta's own OPTIMIZE, VACUUM, checkpoints
+and log cleanup instead (`synclib.delta.spark_maintenance`).
 
 The settings are `sink.maintenance` (`MaintenanceConfig`). `MaintenanceThread` runs passes
 in the forwarder's driver on a low-priority thread of its own, each pass under a time
@@ -37,16 +52,16 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
+from deltalake.transaction import PostCommitHookProperties
 from pyarrow import fs
 
 from synclib.delta import checkpoint, parquet
@@ -56,11 +71,14 @@ from synclib.settings.job import MaintenanceConfig
 logger = logging.getLogger(__name__)
 
 META_MAINTENANCE = "synclib.maintenance"
-MAINTENANCE_APP_ID = "synclib-maintenance"  # the application transaction of compaction commits
-COMPACTED_PREFIX = "compacted"  # file name prefix of compaction's output
+MAINTENANCE_APP_ID = "synclib-maintenance"  # the application transaction of compaction claims
+# The names deltalake's optimize gives the files it writes (batch files are `part-<uuid>...`).
+COMPACTED_FILE = re.compile(r"part-[0-9]{5}-[0-9a-f-]{36}-c[0-9]{3}\.[a-z0-9]+\.parquet")
+CLAIM_MARGIN_S = 600.0  # a claim expires this long after its pass's time budget
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _VACUUM_CHECK_LIMIT = 10_000  # vacuum candidates looked up one by one (more: vacuum runs anyway)
 _LOG_ENTRY = re.compile(r"([0-9]{20})\.(json|crc|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)")
+_CLAIM_SEARCH = (64, 1024)  # history entries searched for an open claim
 
 
 @dataclass
@@ -96,12 +114,6 @@ class PassReport:
                 f"({self.seconds:.1f}s)")
 
 
-@dataclass
-class _Bin:
-    partition: dict[str, str | None]
-    files: list[dict[str, Any]]
-
-
 def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
     """One maintenance pass over the Delta table at `path` (compaction, vacuum, checkpoint,
     log cleanup); a compaction that loses a conflict is noted in the report and logged, and
@@ -116,7 +128,7 @@ def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) ->
     _vacuum(table, options, report)
     _checkpoint(table, options, report)
     if options.log_cleanup:
-        _cleanup_log(table, options, now, report)
+        cleanup_log(table, options, now, report)
     report.version = table.version()
     report.live_files = len(table.file_uris())
     report.seconds = time.monotonic() - started
@@ -124,107 +136,154 @@ def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) ->
     return report
 
 
-# --- compaction -----------------------------------------------------------------------------
+# --- which partitions are due ----------------------------------------------------------------
 
-def _plan(table: DeltaTable, options: MaintenanceConfig, now: float) -> tuple[list[_Bin], int]:
-    """The bins to compact (oldest files first, at most the target size each) and how many
-    small files are left alone (too young)."""
+Partition = dict[str, str | None]
+
+
+def due_partitions(table: DeltaTable, options: MaintenanceConfig, now: float) -> tuple[list[Partition], int, bool]:
+    """The partitions to compact, how many small files are left alone (in partitions not due),
+    and whether every partition holding small files is due.
+
+    A partition is due when bin-packing its small files that are old enough (all of them in
+    closed dates), oldest first, into bins of at most the target size gives a bin of two or
+    more files: Delta's OPTIMIZE compacts no single-file bin."""
     columns = list(table.metadata().partition_columns)
     adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    for add in adds:  # as in the log: percent-encoded; the file's own path is what is read and removed
-        add["path"] = unquote(add["path"])
     today = time.strftime("%Y-%m-%d", time.gmtime(now))
     young_after_ms = (now - options.min_age) * 1000
-    partitions: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
-    deferred = 0
+    small: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
     for add in adds:
-        if add["size_bytes"] >= options.target_file_size:
-            continue
-        values = tuple(parquet.partition_value(add[f"partition.{c}"]) for c in columns)
+        if add["size_bytes"] < options.target_file_size:
+            values = tuple(parquet.partition_value(add[f"partition.{c}"]) for c in columns)
+            small.setdefault(values, []).append(add)
+    due: list[Partition] = []
+    deferred = 0
+    for values, files in sorted(small.items(), key=lambda item: tuple(v or "" for v in item[0])):
         closed = DATE_COLUMN in columns and (values[columns.index(DATE_COLUMN)] or today) < today
-        if not closed and add["modification_time"] > young_after_ms:
-            deferred += 1
-            continue
-        partitions.setdefault(values, []).append(add)
-    bins: list[_Bin] = []
-    for values, files in sorted(partitions.items(), key=lambda item: tuple(v or "" for v in item[0])):
-        files.sort(key=lambda add: (add["modification_time"], add["path"]))
-        current: list[dict[str, Any]] = []
-        size = 0
-        for add in files:
-            if current and size + add["size_bytes"] > options.target_file_size:
-                bins.append(_Bin(dict(zip(columns, values, strict=True)), current))
-                current, size = [], 0
-            current.append(add)
-            size += add["size_bytes"]
-        bins.append(_Bin(dict(zip(columns, values, strict=True)), current))
-    return [b for b in bins if len(b.files) >= 2], deferred
+        old = sorted((a for a in files if closed or a["modification_time"] <= young_after_ms),
+                     key=lambda a: (a["modification_time"], unquote(a["path"])))
+        if _has_bin(old, options.target_file_size):
+            due.append(dict(zip(columns, values, strict=True)))
+        else:
+            deferred += len(files)
+    return due, deferred, len(due) == len(small)
 
 
-def _rewrite(filesystem: fs.FileSystem, root: str, schema: pa.Schema, target: _Bin) -> AddAction:
-    """Write the rows of `target`'s files into one new file (row groups streamed through)."""
-    part = parquet.ParquetPart(filesystem, root, schema, target.partition, prefix=COMPACTED_PREFIX)
+def _has_bin(files: Sequence[dict[str, Any]], target: int) -> bool:
+    count = size = 0
+    for add in files:
+        if count and size + add["size_bytes"] > target:
+            if count >= 2:
+                return True
+            count = size = 0
+        count += 1
+        size += add["size_bytes"]
+    return count >= 2
+
+
+# --- compaction (delta-rs) -------------------------------------------------------------------
+
+def _claim_state(table: DeltaTable, serial: int, now: float) -> str:
+    """`open`, `closed` or `expired`: the state of maintenance claim `serial` in the history."""
+    for limit in _CLAIM_SEARCH:
+        for commit in table.history(limit):
+            note = _maintenance_note(commit)
+            if note is None or note.get("claim") != serial:
+                continue
+            if note.get("operation") != "claim":
+                return "closed"
+            return "open" if now < float(note.get("expires", 0)) else "expired"
+    return "expired"  # its commit left the searched history (or the log): long past its expiry
+
+
+def _maintenance_note(commit: dict[str, Any]) -> dict[str, Any] | None:
+    raw = commit.get(META_MAINTENANCE)
     try:
-        for add in target.files:
-            with filesystem.open_input_file(f"{root}/{add['path']}") as source:
-                reader = pq.ParquetFile(source)
-                for group in range(reader.num_row_groups):
-                    part.write(reader.read_row_group(group).cast(schema))
-    except BaseException:
-        part.discard()
-        raise
-    return part.close(data_change=False)
+        note = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def _claim(table: DeltaTable, options: MaintenanceConfig, report: PassReport, now: float) -> int | None:
+    """Claim the table for one compaction; None (noted in `report`) when another holds it."""
+    current = table.transaction_version(MAINTENANCE_APP_ID)
+    if current is not None and _claim_state(table, current, now) == "open":
+        report.notes.append(f"compaction skipped: maintenance claim {current} is held by another pass")
+        return None
+    serial = (current or 0) + 1
+    note = {"operation": "claim", "claim": serial, "owner": str(uuid.uuid4()),
+            "expires": now + options.time_budget + CLAIM_MARGIN_S}
+    try:
+        table.create_write_transaction([], mode="append", schema=table.schema(),
+                                       partition_by=list(table.metadata().partition_columns),
+                                       commit_properties=CommitProperties(
+                                           custom_metadata={META_MAINTENANCE: json.dumps(note)},
+                                           app_transactions=[Transaction(MAINTENANCE_APP_ID, serial)]),
+                                       post_commithook_properties=_NO_HOOKS)
+    except CommitFailedError as exc:  # another pass claimed `serial` first
+        report.notes.append(f"compaction not committed (conflict: {exc})")
+        logger.warning("maintenance of %s: compaction claim lost, retried next pass: %s", table.table_uri, exc)
+        return None
+    table.update_incremental()
+    return serial
+
+
+def _filters(partition: Partition) -> list[tuple[str, str, Any]] | None:
+    """deltalake's partition filter for one partition; None when it cannot express it (null)."""
+    if any(value is None for value in partition.values()):
+        return None
+    return [(column, "=", value) for column, value in partition.items()]
 
 
 def compact(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport,
             deadline: float = math.inf) -> None:
-    """Compact `table` as of its loaded version into `report`; no new bin is started after
-    `deadline` (monotonic). A conflict with another compaction is noted, not raised."""
-    bins, report.deferred_files = _plan(table, options, now)
-    if not bins:
+    """Compact `table` (as of its loaded version) into `report` with deltalake's optimize; no new
+    partition is started after `deadline` (monotonic). A lost claim is noted, not raised."""
+    due, report.deferred_files, everything = due_partitions(table, options, now)
+    if not due:
         return
-    columns = list(table.metadata().partition_columns)
-    schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name not in columns])
-    filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
-    written: list[AddAction] = []
-    removed: list[RemoveAction] = []
-    try:
-        for number, target in enumerate(bins):
-            if time.monotonic() > deadline:
-                report.deferred_files += sum(len(b.files) for b in bins[number:])
-                break
-            written.append(_rewrite(filesystem, root, schema, target))
-            deleted_ms = int(time.time() * 1000)
-            removed += [RemoveAction(path=add["path"], data_change=False, deletion_timestamp=deleted_ms,
-                                     size=add["size_bytes"], partition_values=target.partition)
-                        for add in target.files]
-    except BaseException:
-        parquet.delete_files(table.table_uri, written)
-        raise
-    if not written:
+    serial = _claim(table, options, report, now)
+    if serial is None:
+        report.deferred_files += len(due)
         return
-    metadata = {META_MAINTENANCE: json.dumps({"operation": "compaction", "removed": len(removed),
-                                              "added": len(written)})}
-    # delta-rs does not find two compactions removing the same files in conflict (the rows
-    # would be doubled); an application transaction of their own serializes them.
-    serial = Transaction(MAINTENANCE_APP_ID, (table.transaction_version(MAINTENANCE_APP_ID) or 0) + 1)
-    try:
-        table.create_write_transaction([*written, *removed], mode="append", schema=table.schema(),
-                                       partition_by=columns,
-                                       commit_properties=CommitProperties(custom_metadata=metadata,
-                                                                          app_transactions=[serial]),
-                                       post_commithook_properties=_NO_HOOKS)
-    except CommitFailedError as exc:  # e.g. another maintenance pass removed the same files
-        parquet.delete_files(table.table_uri, written)
-        report.deferred_files += len(removed)
-        report.notes.append(f"compaction not committed (conflict: {exc})")
-        logger.warning("maintenance of %s: compaction not committed, retried next pass: %s", table.table_uri, exc)
-        table.update_incremental()
-        return
+    # One OPTIMIZE for the whole table when every partition with small files is due, else one
+    # per due partition (deltalake's filters are one conjunction, and cannot name a null value).
+    targets: list[list[tuple[str, str, Any]] | None] = [None] if everything else []
+    if not everything:
+        for partition in due:
+            filters = _filters(partition)
+            if filters is None:
+                report.notes.append(f"partition {partition} not compacted: deltalake's optimize "
+                                    "cannot select a null partition value")
+            else:
+                targets.append(filters)
+    for number, filters in enumerate(targets):
+        if time.monotonic() > deadline:
+            report.notes.append(f"{len(targets) - number} partitions left for the next pass (time budget)")
+            break
+        last = number == len(targets) - 1
+        note = {"operation": "compaction", "claim": serial, "closes": last}
+        metrics = table.optimize.compact(
+            partition_filters=filters, target_size=options.target_file_size, max_concurrent_tasks=1,
+            commit_properties=CommitProperties(custom_metadata={META_MAINTENANCE: json.dumps(note)}),
+            post_commithook_properties=_NO_HOOKS)
+        report.compacted_files += int(metrics["numFilesRemoved"])
+        report.compacted_bytes += int(json.loads(metrics["filesRemoved"])["totalSize"])
+        report.written_files += int(metrics["numFilesAdded"])
     table.update_incremental()
-    report.compacted_files += len(removed)
-    report.compacted_bytes += sum(r.size or 0 for r in removed)
-    report.written_files += len(written)
+    if _claim_state(table, serial, now) != "closed":  # nothing was committed: release the claim
+        _release(table, serial)
+
+
+def _release(table: DeltaTable, serial: int) -> None:
+    note = {"operation": "release", "claim": serial}
+    properties = CommitProperties(custom_metadata={META_MAINTENANCE: json.dumps(note)})
+    table.create_write_transaction([], mode="append", schema=table.schema(),
+                                   partition_by=list(table.metadata().partition_columns),
+                                   commit_properties=properties, post_commithook_properties=_NO_HOOKS)
+    table.update_incremental()
 
 
 # --- vacuum, checkpoints, log cleanup ---------------------------------------------------------
@@ -264,10 +323,15 @@ def _checkpoint(table: DeltaTable, options: MaintenanceConfig, report: PassRepor
         report.checkpoint = table.version()
 
 
-def _cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport) -> None:
+def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, report: PassReport) -> None:
     """Delete the log entries older than `log_retention` of versions below both the newest
     checkpoint (which replaces them) and the newest synclib commit (whose metadata holds the
-    offsets a resume from the table needs)."""
+    offsets a resume from the table needs).
+
+    Hand-written rather than deltalake's `cleanup_metadata`: that one deletes every entry below
+    the newest checkpoint older than the table's `delta.logRetentionDuration`, the newest
+    synclib commit's included when the table was idle longer than that (maintenance commits
+    and a checkpoint above it), and a resume from the table would then find no offsets."""
     below = _last_checkpoint(table)
     newest = latest_synclib_commit(table)
     if below is None:
@@ -283,7 +347,7 @@ def _cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repo
             report.log_entries_removed += 1
 
 
-# --- the forwarder's background thread and delta-spark ------------------------------------------
+# --- the forwarder's background thread ------------------------------------------
 
 class MaintenanceThread:
     """Runs `run_pass` every `options.interval` on a daemon thread of low CPU priority (Linux
@@ -322,19 +386,8 @@ class MaintenanceThread:
 
 
 def spark_pass(spark: Any, path: str, options: MaintenanceConfig) -> PassReport:
-    """One pass with Delta's own SQL (sink.engine delta-spark): OPTIMIZE (closed dates only when
-    the table is partitioned by date: Delta cannot leave young files alone), then VACUUM;
-    Delta writes its log checkpoints and cleans its log itself."""
-    started = time.monotonic()
-    table = f"delta.`{checkpoint.normalize_location(path)}`"
-    columns = spark.sql(f"DESCRIBE DETAIL {table}").first()["partitionColumns"]
-    today = time.strftime("%Y-%m-%d", time.gmtime())
-    where = f" WHERE {DATE_COLUMN} < '{today}'" if DATE_COLUMN in columns else ""
-    metrics = spark.sql(f"OPTIMIZE {table}{where}").first()["metrics"]
-    spark.sql(f"VACUUM {table} RETAIN {math.ceil(options.vacuum_retention / 3600)} HOURS")
-    detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
-    report = PassReport(seconds=time.monotonic() - started, compacted_files=int(metrics["numFilesRemoved"]),
-                        written_files=int(metrics["numFilesAdded"]), live_files=int(detail["numFiles"]),
-                        version=int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"]))
-    logger.info("%s", report.summary())
-    return report
+    """One pass with Delta's own commands (sink.engine delta-spark); see
+    `synclib.delta.spark_maintenance`."""
+    from synclib.delta import spark_maintenance
+
+    return spark_maintenance.run_pass(spark, path, options)

@@ -70,7 +70,7 @@ def current_table(path: str) -> DeltaTable | None:
     return table
 
 
-def _synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:
+def synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `synclib.*` metadata of a history entry: top-level (delta-rs) or in userMetadata."""
     if META_OFFSETS in commit:
         return {k: v for k, v in commit.items() if k.startswith("synclib.")}
@@ -94,7 +94,7 @@ def latest_synclib_commit(table: DeltaTable) -> dict[str, Any] | None:
     for limit in _HISTORY_PAGES:
         history = table.history(limit)
         for commit in history:
-            if _synclib_metadata(commit) is not None:
+            if synclib_metadata(commit) is not None:
                 return commit
         if limit is None or len(history) < limit:
             return None
@@ -104,7 +104,7 @@ def latest_synclib_commit(table: DeltaTable) -> dict[str, Any] | None:
 def latest_metadata(table: DeltaTable) -> dict[str, Any] | None:
     """The newest synclib commit's `synclib.*` metadata; None when the table has none."""
     commit = latest_synclib_commit(table)
-    return None if commit is None else _synclib_metadata(commit)
+    return None if commit is None else synclib_metadata(commit)
 
 
 def parse_offsets(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -175,8 +175,11 @@ class DeltaSink(DataSource):
 class DeltaSparkBatchWriter:
     """`foreachBatch` function: Spark's Delta writer, idempotent by `txnAppId`/`txnVersion`.
 
-    Delta skips a write whose txnVersion is not above the app's last one; the metadata
-    goes to the commit's `userMetadata` as JSON.
+    Delta skips a write whose txnVersion is not above the app's last one (the replay after a
+    crash between the Delta commit and Spark's checkpoint commit); the `synclib.*` metadata
+    goes to the commit's `userMetadata` as JSON. A write that loses a conflict to a commit
+    beside it (a table property change by maintenance, say) is retried: being idempotent, a
+    retry can neither duplicate nor lose the batch.
     """
 
     def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str]) -> None:
@@ -192,7 +195,45 @@ class DeltaSparkBatchWriter:
                   .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
         if self._partition_by:
             writer = writer.partitionBy(*self._partition_by)
-        writer.save(self._path)
+        for attempt in range(1, _CONFLICT_RETRIES + 1):
+            try:
+                writer.save(self._path)
+                return
+            except Exception as exc:
+                if attempt == _CONFLICT_RETRIES or not _delta_conflict(exc):
+                    raise
+                logger.warning("batch %d of %s: Delta commit conflict (%s), retrying", batch_id, app_id,
+                               _condition(exc))
+
+
+_CONFLICT_RETRIES = 5
+# Delta's error conditions for a commit that lost to a concurrent one (io.delta.exceptions.*).
+_CONFLICTS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")
+
+
+def _condition(exc: BaseException) -> str:
+    get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    return str(get() or "") if callable(get) else ""
+
+
+def _delta_conflict(exc: BaseException) -> bool:
+    condition = _condition(exc)
+    if condition:
+        return condition.startswith(_CONFLICTS)
+    return any(name in str(exc) for name in ("io.delta.exceptions.Concurrent", "MetadataChangedException",
+                                             "ProtocolChangedException"))
+
+
+# On a local master Delta's default of 50 tasks per snapshot reconstruction (fit for a cluster)
+# costs every batch commit and maintenance pass seconds of task scheduling on a few cores.
+_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
+
+def fit_delta_to_local_master(spark: SparkSession) -> None:
+    """Fewer tasks per Delta snapshot reconstruction on a local master (when not set)."""
+    local = (spark.conf.get("spark.master", "") or "").startswith("local")
+    if local and spark.conf.get(_SNAPSHOT_PARTITIONS, None) is None:
+        spark.conf.set(_SNAPSHOT_PARTITIONS, "2")
 
 
 def delta_spark_available(spark: SparkSession) -> bool | None:
@@ -258,10 +299,11 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
         writer = writer.trigger(**trigger)
     logger.info("writing %s with %s (partitioned by %s), checkpoint %s", path, chosen,
                 partition_by or "nothing", location)
-    if chosen == DELTA_SPARK:
-        return writer.foreachBatch(DeltaSparkBatchWriter(path, location, partition_by)).start()
     table_path = checkpoint.normalize_location(path)
     check_table_layout(table_path, df.schema, partition_by)
+    if chosen == DELTA_SPARK:
+        fit_delta_to_local_master(spark)
+        return writer.foreachBatch(DeltaSparkBatchWriter(table_path, location, partition_by)).start()
     spark.dataSource.register(DeltaSink)
     return (writer.format(FORMAT).option("path", table_path)
             .option("partitionBy", json.dumps(partition_by))

@@ -1,9 +1,12 @@
-"""Table maintenance: what a pass does to a synclib table, exactly once while it runs, resume
-from the table after compaction, vacuum, checkpoints and log cleanup, the `maintain` command,
-and the short CI version of `python -m benchmarks.soak` (a kill during a maintenance commit).
+"""Table maintenance: what a pass does to a synclib table and how the history records it,
+exactly once while it runs, resume from the table after compaction, vacuum, checkpoints and log
+cleanup, the `maintain` command, and the short CI version of `python -m benchmarks.soak` (a kill
+during a maintenance commit).
 
-The table-level tests drive the forwarder's own delta-rs writer (`DeltaStreamWriter.write` and
-`.commit`, with a checkpoint directory shaped like Spark's), so they need neither Spark nor Kafka.
+The table-level tests run on both engines (`engine`): the forwarder's own writers with a
+checkpoint directory shaped like Spark's (delta-rs: `DeltaStreamWriter.write` and `.commit`, no
+Spark; delta-spark: `DeltaSparkBatchWriter` in the test session) and the engine's maintenance
+pass (`maintenance.run_pass`, `spark_maintenance.run_pass`). No Kafka.
 """
 
 from __future__ import annotations
@@ -17,41 +20,70 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
 from benchmarks.soak import soak
-from synclib.delta.maintenance import COMPACTED_PREFIX, PassReport, compact, run_pass
+from synclib.delta import maintenance, spark_maintenance
+from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
 from synclib.delta.table import latest_synclib_commit, read_table_offsets
-from synclib.delta.writer import DeltaStreamWriter
+from synclib.delta.writer import (
+    DELTA_RS,
+    DELTA_SPARK,
+    DeltaSparkBatchWriter,
+    DeltaStreamWriter,
+    fit_delta_to_local_master,
+)
 from synclib.settings.job import MaintenanceConfig
 from tests.job_files import MAINTENANCE
 
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
 ROWS = 10  # per batch
+ENGINES = (DELTA_RS, DELTA_SPARK)
 
 
 class Batches:
-    """Micro-batches of ROWS offsets of partition 0 through the forwarder's writer."""
+    """Micro-batches of ROWS offsets of partition 0 through the forwarder's writer of `engine`
+    (delta-spark needs `spark`), and that engine's maintenance pass."""
 
-    def __init__(self, root: Path, schema: StructType = SCHEMA, partition_by: str = "[]") -> None:
+    def __init__(self, root: Path, schema: StructType = SCHEMA, partition_by: str = "[]",
+                 engine: str = DELTA_RS, spark: SparkSession | None = None) -> None:
         self.table = str(root / "table")
         self.checkpoint = root / "checkpoint"
         (self.checkpoint / "offsets").mkdir(parents=True)
         (self.checkpoint / "metadata").write_text(json.dumps({"id": "q"}))
+        self.engine, self.spark, self.schema = engine, spark, schema
+        if spark is not None:
+            fit_delta_to_local_master(spark)
         self.writer = DeltaStreamWriter(schema, {"path": self.table, "checkpointLocation": str(self.checkpoint),
                                                  "partitionBy": partition_by, "logCheckpoints": "false"})
+        self.spark_writer = DeltaSparkBatchWriter(self.table, str(self.checkpoint), json.loads(partition_by))
         self.next = 0
 
     def commit(self, batch: int, rows: pa.RecordBatch | None = None) -> None:
         end = (batch + 1) * ROWS
         (self.checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{}}\n{{"events":{{"0":{end}}}}}\n')
         rows = rows or pa.record_batch({"partition": [0] * ROWS, "offset": list(range(end - ROWS, end))})
-        self.writer.commit([self.writer.write(iter([rows]))], batch)
+        if self.engine == DELTA_SPARK:
+            assert self.spark is not None
+            data = self.spark.createDataFrame(pa.Table.from_batches([rows]), schema=self.schema).coalesce(1)
+            self.spark_writer(data, batch)  # one file per batch, as the delta-rs writer's one task writes
+        else:
+            self.writer.commit([self.writer.write(iter([rows]))], batch)
+
+    def maintain(self, options: MaintenanceConfig, now: float | None = None) -> PassReport:
+        """One maintenance pass of this engine."""
+        if self.engine == DELTA_SPARK:
+            return spark_maintenance.run_pass(self.spark, self.table, options, now=now)
+        return run_pass(self.table, options, now=now)
 
     def run(self, count: int) -> None:
         for _ in range(count):
@@ -66,30 +98,71 @@ def settings(**keys: str | int) -> MaintenanceConfig:
     return MaintenanceConfig(**{"min_age": "1m", "vacuum_retention": "0s", **keys})
 
 
-def test_a_pass_compacts_small_files_once_old_enough_into_one_commit(tmp_path: Path) -> None:
-    batches = Batches(tmp_path)
-    batches.run(12)
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
-    young = run_pass(batches.table, settings())
-    assert (young.compacted_files, young.deferred_files, young.live_files) == (0, 12, 12)
 
-    report = run_pass(batches.table, settings(), now=time.time() + 120)
+@pytest.fixture
+def make_batches(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Batches]:
+    """Batches of the parametrized engine (the Spark session only for delta-spark)."""
+    spark = request.getfixturevalue("spark") if engine == DELTA_SPARK else None
+
+    def make(schema: StructType = SCHEMA, partition_by: str = "[]") -> Batches:
+        return Batches(tmp_path, schema, partition_by, engine=engine, spark=spark)
+    return make
+
+
+def history_after(table: str, version: int) -> list[dict[str, Any]]:
+    """The history entries above `version`, oldest first."""
+    return sorted((h for h in DeltaTable(table).history() if h["version"] > version), key=lambda h: h["version"])
+
+
+def commit_actions(table: str, version: int) -> list[dict[str, Any]]:
+    log = Path(table) / "_delta_log" / f"{version:020d}.json"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def data_files(table: str) -> set[str]:
+    return {str(p.relative_to(table)) for p in Path(table).rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def test_a_pass_compacts_small_files_once_old_enough_into_one_optimize_commit(
+        make_batches: Callable[..., Batches]) -> None:
+    batches = make_batches()
+    batches.run(6)
+    last_batch = DeltaTable(batches.table).version()
+    batch_files = data_files(batches.table)
+
+    young = batches.maintain(settings(min_age="1h"))
+    assert (young.compacted_files, young.deferred_files, young.live_files) == (0, 6, 6)
+
+    report = batches.maintain(settings(min_age="1h"), now=time.time() + 7200)
     table = DeltaTable(batches.table)
-    assert (report.compacted_files, report.written_files, report.live_files) == (12, 1, 1)
-    assert [Path(uri).name.startswith(COMPACTED_PREFIX) for uri in table.file_uris()] == [True]
-    assert batches.offsets() == list(range(12 * ROWS))
-    compaction = next(h for h in table.history() if "synclib.maintenance" in h)
-    assert json.loads(compaction["synclib.maintenance"]) == {"operation": "compaction", "removed": 12, "added": 1}
-    log = Path(batches.table) / "_delta_log" / f"{compaction['version']:020d}.json"
-    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (report.compacted_files, report.written_files, report.live_files) == (6, 1, 1)
+    assert batches.offsets() == list(range(6 * ROWS))
+    history = history_after(batches.table, last_batch)
+    operations = [h["operation"] for h in history]
+    assert "WRITE" not in operations or batches.engine == DELTA_RS, operations
+    (optimize,) = [h for h in history if h["operation"] == "OPTIMIZE"]
+    assert optimize["operationParameters"].get("predicate") is not None, optimize
+    assert operations[-2:] == ["VACUUM START", "VACUUM END"], operations
+    if batches.engine == DELTA_RS:  # the claim (an empty commit of the maintenance transaction), then OPTIMIZE
+        claim = history[operations.index("OPTIMIZE") - 1]
+        assert json.loads(claim["synclib.maintenance"])["operation"] == "claim"
+        assert "add" not in {k for a in commit_actions(batches.table, claim["version"]) for k in a}
+        assert json.loads(optimize["synclib.maintenance"])["claim"] == table.transaction_version(MAINTENANCE_APP_ID)
+    actions = commit_actions(batches.table, optimize["version"])
+    assert sum("remove" in a for a in actions) == 6 and sum("add" in a for a in actions) == 1
     assert all(not a[k]["dataChange"] for a in actions for k in ("add", "remove") if k in a)
-    assert report.vacuumed_files == 12  # vacuum_retention 0s: the replaced files are deleted at once
-    assert len(list(Path(batches.table).glob("*.parquet"))) == 1
+    assert report.vacuumed_files == 6  # vacuum_retention 0s: the replaced files are deleted at once
+    (live,) = data_files(batches.table)
+    assert live not in batch_files
 
 
-def test_closed_dates_are_compacted_fully_and_today_only_once_old_enough(tmp_path: Path) -> None:
+def test_closed_dates_are_compacted_fully_and_today_only_once_old_enough(make_batches: Callable[..., Batches]) -> None:
     schema = StructType([*SCHEMA.fields, StructField("date", DateType())])
-    batches = Batches(tmp_path, schema, '["date"]')
+    batches = make_batches(schema, '["date"]')
     today = dt.datetime.now(dt.timezone.utc).date()
     for batch in range(6):
         date = dt.date(2024, 1, 1) if batch < 3 else today
@@ -97,57 +170,62 @@ def test_closed_dates_are_compacted_fully_and_today_only_once_old_enough(tmp_pat
                                 "date": pa.array([date] * ROWS, pa.date32())})
         batches.commit(batch, rows)
 
-    report = run_pass(batches.table, settings(min_age="1h"))
+    report = batches.maintain(settings(min_age="1h"))
 
     dates = pa.table(DeltaTable(batches.table).get_add_actions(flatten=True))["partition.date"].to_pylist()
     assert Counter(dates) == {dt.date(2024, 1, 1): 1, today: 3}
     assert (report.compacted_files, report.deferred_files) == (3, 3)
+    assert batches.offsets() == list(range(6 * ROWS))
 
 
-def test_partition_values_with_any_characters_are_compacted_and_vacuumed(tmp_path: Path) -> None:
+def test_partition_values_with_any_characters_are_compacted_and_vacuumed(make_batches: Callable[..., Batches]) -> None:
     schema = StructType([StructField("name", StringType()), StructField("offset", LongType())])
-    batches = Batches(tmp_path, schema, '["name"]')
+    batches = make_batches(schema, '["name"]')
     names = ["a b:c%d/é=", None, "plain"]
     for batch in range(3):
         batches.commit(batch, pa.record_batch({"name": pa.array(names, pa.large_string()),
                                                "offset": [batch * 3 + i for i in range(3)]}))
+    batch_files = data_files(batches.table)
 
-    report = run_pass(batches.table, settings(min_age="0s"))
+    report = batches.maintain(settings(min_age="0s"))
 
     assert (report.compacted_files, report.written_files, report.vacuumed_files) == (9, 3, 9)
     data = DeltaTable(batches.table).to_pyarrow_table().sort_by("offset").to_pydict()
     assert data == {"name": names * 3, "offset": list(range(9))}
-    data_files = [p for p in Path(batches.table).rglob("*.parquet") if "_delta_log" not in p.parts]
-    assert len(data_files) == 3 and all(p.name.startswith(COMPACTED_PREFIX) for p in data_files)
+    live = data_files(batches.table)
+    assert len(live) == 3 and not live & batch_files
 
 
-def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(tmp_path: Path) -> None:
-    batches = Batches(tmp_path)
+def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(make_batches: Callable[..., Batches]) -> None:
+    batches = make_batches()
     batches.run(5)
     stop = threading.Event()
     reports = []
+    more = 40 if batches.engine == DELTA_RS else 10  # a delta-spark batch takes seconds on this machine
 
     def maintain() -> None:
         while not stop.is_set():
-            reports.append(run_pass(batches.table, settings(min_age="0s", checkpoint_interval=5)))
+            reports.append(batches.maintain(settings(min_age="0s", checkpoint_interval=5)))
 
     thread = threading.Thread(target=maintain)
     thread.start()
     try:
-        batches.run(40)
+        batches.run(more)
     finally:
         stop.set()
         thread.join()
 
+    total = 5 + more
     assert sum(r.compacted_files for r in reports) > 0
-    assert batches.offsets() == list(range(45 * ROWS))
-    assert DeltaTable(batches.table).transaction_version("synclib-q") == 44
-    assert read_table_offsets(batches.table) == {"events": {"0": 45 * ROWS}}
+    assert batches.offsets() == list(range(total * ROWS))
+    assert DeltaTable(batches.table).transaction_version("synclib-q") == total - 1
+    assert read_table_offsets(batches.table) == {"events": {"0": total * ROWS}}
 
 
 def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) -> None:
-    """E.g. a cron `maintain` next to the job's own maintenance: the later one loses a conflict
-    (their application transaction) instead of doubling the rows."""
+    """E.g. a cron `maintain` next to the job's own maintenance (delta-rs finds no conflict between
+    two OPTIMIZE commits removing the same files): the later one loses the race for the
+    maintenance claim instead of doubling the rows."""
     batches = Batches(tmp_path)
     batches.run(6)
     first, second = DeltaTable(batches.table), DeltaTable(batches.table)  # both at version 5
@@ -159,27 +237,48 @@ def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) ->
     assert [r.compacted_files for r in reports] == [6, 0]
     assert "conflict" in reports[1].notes[0]
     assert batches.offsets() == list(range(6 * ROWS))
-    assert [Path(uri).name.startswith(COMPACTED_PREFIX) for uri in DeltaTable(batches.table).file_uris()] == [True]
+    assert len(DeltaTable(batches.table).file_uris()) == 1
 
 
-def test_a_new_checkpoint_resumes_from_the_table_after_compaction_vacuum_and_log_cleanup(tmp_path: Path) -> None:
+def test_an_open_claim_holds_off_other_compactions_until_it_expires(tmp_path: Path) -> None:
+    """A pass that died between its claim and its OPTIMIZE commit blocks compaction until the
+    claim expires; a closed claim blocks nothing."""
     batches = Batches(tmp_path)
-    batches.run(20)
+    batches.run(4)
+    table = DeltaTable(batches.table)
+    assert maintenance._claim(table, settings(), PassReport(), time.time()) == 1  # and then the pass "dies"
+
+    held = run_pass(batches.table, settings(min_age="0s"))
+    assert held.compacted_files == 0 and "held by another pass" in held.notes[0], held.notes
+
+    later = time.time() + settings().time_budget + maintenance.CLAIM_MARGIN_S + 1
+    report = run_pass(batches.table, settings(min_age="0s"), now=later)
+    assert report.compacted_files == 4, report.notes
+    batches.run(2)
+    again = run_pass(batches.table, settings(min_age="0s"))
+    assert "held by another pass" not in " ".join(again.notes), again.notes
+    assert batches.offsets() == list(range(6 * ROWS))
+
+
+def test_a_new_checkpoint_resumes_from_the_table_after_compaction_vacuum_and_log_cleanup(
+        make_batches: Callable[..., Batches]) -> None:
+    batches = make_batches()
+    batches.run(8)
     old = time.time() - 3600
     for entry in (Path(batches.table) / "_delta_log").iterdir():
         os.utime(entry, (old, old))
     # The newest commits are maintenance ones: compaction, then vacuum's two.
-    report = run_pass(batches.table, settings(min_age="0s", checkpoint_interval=1, log_retention="1m"))
+    report = batches.maintain(settings(min_age="0s", checkpoint_interval=1, log_retention="1m"))
 
     assert report.log_entries_removed > 0
     table = DeltaTable(batches.table)
-    assert table.history(1)[0]["operation"].startswith("VACUUM")
-    assert min(int(e.name[:20]) for e in (Path(batches.table) / "_delta_log").glob("*.json")) == 19
-    assert latest_synclib_commit(table)["version"] == 19
-    assert read_table_offsets(batches.table) == {"events": {"0": 20 * ROWS}}
-    assert table.transaction_version("synclib-q") == 19  # from the checkpoint
-    batches.commit(19)  # the replay of the last batch after a crash is skipped
-    assert batches.offsets() == list(range(20 * ROWS))
+    assert table.history(1)[0]["operation"] == "VACUUM END"
+    assert min(int(e.name[:20]) for e in (Path(batches.table) / "_delta_log").glob("*.json")) == 7
+    assert latest_synclib_commit(table)["version"] == 7
+    assert read_table_offsets(batches.table) == {"events": {"0": 8 * ROWS}}
+    assert table.transaction_version("synclib-q") == 7  # from the checkpoint
+    batches.commit(7)  # the replay of the last batch after a crash is skipped
+    assert batches.offsets() == list(range(8 * ROWS))
 
 
 def test_the_commit_notices_a_table_replaced_under_the_same_path(tmp_path: Path) -> None:

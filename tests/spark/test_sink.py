@@ -1,7 +1,9 @@
 """Delta sink: one commit per micro-batch with its offsets, replays skipped, resume from the table.
 
 The stream comes from `EventsSource`, a deterministic in-memory Kafka-shaped source whose
-available offsets are set by a small JSON plan file, so each run is one bounded batch.
+available offsets are set by a small JSON plan file, so each run is one bounded batch. The
+sink's contract is tested on both writers (`engine`: delta-rs and delta-spark, the session has
+Delta's jars), and every table is read back by delta-rs and by Spark's Delta reader.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pyspark.sql.types import (
 )
 
 from synclib.delta import checkpoint
+from synclib.delta.table import synclib_metadata
 from synclib.delta.writer import (
     DELTA_RS,
     DELTA_SPARK,
@@ -121,10 +124,12 @@ class EventsSource(DataSource):
 
 
 class Stream:
-    """One Delta table fed by the test source; `run` processes what the plan makes available."""
+    """One Delta table fed by the test source through `engine`'s writer; `run` processes what
+    the plan makes available."""
 
-    def __init__(self, spark: SparkSession, root: Path) -> None:
+    def __init__(self, spark: SparkSession, root: Path, engine: str = DELTA_RS) -> None:
         self.spark = spark
+        self.engine = engine
         self.plan = root / "plan.json"
         self.table = str(root / "table")
         self.checkpoint = str(root / "checkpoint")
@@ -141,6 +146,7 @@ class Stream:
         reader = self.spark.readStream.format("synclib_test_events").option("plan", str(self.plan))
         if starting is not None:
             reader = reader.option("startingOffsets", json.dumps(starting))
+        sink.setdefault("engine", self.engine)
         query = start_delta_stream(reader.load(), path=self.table,
                                    checkpoint_location=checkpoint_location or self.checkpoint,
                                    trigger={"availableNow": True}, **sink)
@@ -151,9 +157,14 @@ class Stream:
             query.stop()
 
     def rows(self) -> DataFrame:
+        """The table's source columns as delta-rs reads them."""
         data = DeltaTable(self.table).to_pyarrow_table()
         return self.spark.createDataFrame(data.select(KAFKA_SCHEMA.fieldNames()).cast(
             arrow_schema(KAFKA_SCHEMA)))
+
+    def spark_rows(self) -> DataFrame:
+        """The table's source columns as Spark's Delta reader reads them."""
+        return self.spark.read.format("delta").load(self.table).select(KAFKA_SCHEMA.fieldNames())
 
     def commit_log(self, version: int) -> dict[str, list[dict[str, Any]]]:
         """The actions of one `_delta_log` JSON commit file, by action type."""
@@ -165,9 +176,26 @@ class Stream:
         return actions
 
 
-@pytest.fixture
-def stream(spark: SparkSession, tmp_path: Path) -> Stream:
-    return Stream(spark, tmp_path)
+ENGINES = (DELTA_RS, DELTA_SPARK)
+
+
+@pytest.fixture(params=ENGINES)
+def stream(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) -> Stream:
+    """A stream written by each engine in turn."""
+    return Stream(spark, tmp_path, request.param)
+
+
+def commit_info(log: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The `synclib.*` metadata of a commit, wherever its engine put it (top level or userMetadata)."""
+    (info,) = log["commitInfo"]
+    metadata = synclib_metadata(info)
+    assert metadata is not None, info
+    return metadata
+
+
+def transactions(log: dict[str, list[dict[str, Any]]]) -> list[tuple[str, int]]:
+    """The application transactions of a commit (delta-spark adds `lastUpdated`: not compared)."""
+    return [(txn["appId"], txn["version"]) for txn in log.get("txn", [])]
 
 
 def expected(spark: SparkSession, offsets: dict[int, range]) -> DataFrame:
@@ -176,8 +204,10 @@ def expected(spark: SparkSession, offsets: dict[int, range]) -> DataFrame:
 
 
 def assert_rows(stream: Stream, offsets: dict[int, range]) -> None:
-    assert_df_equality(stream.rows(), expected(stream.spark, offsets), ignore_row_order=True,
-                       ignore_nullable=True)
+    """delta-rs and Spark's Delta reader both read exactly the events at `offsets`."""
+    want = expected(stream.spark, offsets)
+    assert_df_equality(stream.rows(), want, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(stream.spark_rows(), want, ignore_row_order=True, ignore_nullable=True)
 
 
 def parquet_files(table: str) -> set[str]:
@@ -205,8 +235,8 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     assert_rows(stream, {0: range(5), 1: range(4)})
     app_id = "synclib-" + checkpoint.query_id(stream.checkpoint)
     log = stream.commit_log(1)
-    assert log["txn"] == [{"appId": app_id, "version": 1}]
-    (info,) = log["commitInfo"]
+    assert transactions(log) == [(app_id, 1)]
+    info = commit_info(log)
     assert json.loads(info["synclib.offsets"]) == {TOPIC: {"0": 5, "1": 4}}
     assert (info["synclib.batchId"], info["synclib.appId"]) == (1, app_id)
     assert info["synclib.version"]
@@ -247,7 +277,7 @@ def test_a_batch_without_rows_still_records_its_offsets(stream: Stream) -> None:
     stream.run()
 
     log = stream.commit_log(1)
-    assert "add" not in log and log["txn"][0]["version"] == 1
+    assert "add" not in log and transactions(log)[0][1] == 1
     assert read_table_offsets(stream.table) == {TOPIC: {"0": 4}}
     assert_rows(stream, {0: range(2)})
 
@@ -287,7 +317,7 @@ def test_partition_by_date_uses_the_utc_date_in_any_session_time_zone(stream: St
                    json.loads(a["stats"])["numRecords"]) for a in adds) == [
         ("0", "2024-01-01", 2), ("0", "2024-01-02", 1), ("1", "2024-01-01", 1)]
     assert all(a["path"].startswith(f"partition={a['partitionValues']['partition']}/"
-                                    f"date={a['partitionValues']['date']}/part-") for a in adds)
+                                    f"date={a['partitionValues']['date']}/part-") for a in adds), adds
     table = DeltaTable(stream.table)
     assert table.metadata().partition_columns == ["partition", "date"]
     dates = table.to_pyarrow_table(columns=["offset", "partition", "date"]).sort_by(
@@ -381,36 +411,13 @@ def test_table_offsets_are_found_in_delta_spark_user_metadata_behind_other_commi
     assert (summary.version, summary.rows, summary.app_id, summary.batch_id) == (1, 2, "synclib-q", 4)
 
 
-def test_auto_engine_is_delta_rs_without_delta_jars(spark: SparkSession) -> None:
-    if delta_spark_available(spark):
-        pytest.skip("Delta's JVM classes are on this classpath")
-    assert delta_spark_available(spark) is False
-    assert resolve_engine(spark) == DELTA_RS
+def test_auto_engine_is_delta_spark_with_delta_jars_and_either_can_be_chosen(spark: SparkSession) -> None:
+    assert delta_spark_available(spark) is True  # the session has Delta's jars (tests/conftest.py)
+    assert resolve_engine(spark) == DELTA_SPARK
     assert resolve_engine(spark, DELTA_RS) == DELTA_RS
-    with pytest.raises(RuntimeError, match=r"io\.delta\.tables\.DeltaTable"):
-        resolve_engine(spark, DELTA_SPARK)
+    assert resolve_engine(spark, DELTA_SPARK) == DELTA_SPARK
     with pytest.raises(ValueError, match="delta-rs"):
         resolve_engine(spark, "parquet")
-
-
-def test_delta_spark_writer_is_exactly_once(stream: Stream) -> None:
-    if not delta_spark_available(stream.spark):
-        pytest.skip("delta-spark path: Delta's JVM classes (io.delta.tables.DeltaTable) are not "
-                    "on the classpath; no Maven repository is reachable to fetch them")
-    assert resolve_engine(stream.spark) == DELTA_SPARK
-    stream.offer({0: 3, 1: 2})
-    stream.run(engine=DELTA_SPARK)
-    stream.offer({0: 4, 1: 2})
-    stream.run(engine=DELTA_SPARK)
-    lose_spark_commit(stream.checkpoint, 1)
-    stream.run(engine=DELTA_SPARK)
-
-    assert DeltaTable(stream.table).version() == 1
-    log = stream.commit_log(1)
-    assert log["txn"][0]["appId"] == "synclib-" + checkpoint.query_id(stream.checkpoint)
-    assert json.loads(log["commitInfo"][0]["userMetadata"])["synclib.batchId"] == 1
-    assert read_table_offsets(stream.table) == {TOPIC: {"0": 4, "1": 2}}
-    assert_rows(stream, {0: range(4), 1: range(2)})
 
 
 def test_a_table_with_other_columns_or_partitioning_is_refused(stream: Stream) -> None:
