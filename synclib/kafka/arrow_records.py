@@ -60,12 +60,14 @@ class DecodedRecords:
         return int(self.batch.num_rows)
 
     def headers(self, start: int, stop: int, type_: pa.DataType) -> pa.Array:
-        """The headers of rows [start, stop) as `type_` (Spark's `array<struct<key, value>>`)."""
-        rows = []
+        """The headers of rows [start, stop) as `type_` (Spark's `array<struct<key, value>>`);
+        null for a record without headers, as Spark's Kafka source gives."""
+        rows: list[list[dict[str, Any]] | None] = []
         payload = self.payload
         for position in self.header_positions.slice(start, stop - start).to_pylist():
-            headers: list[dict[str, Any]] = []
+            headers: list[dict[str, Any]] | None = None
             if position != _NO_HEADERS:
+                headers = []
                 count, position = _varint(payload, position)
                 for _ in range(count):
                     size, position = _varint(payload, position)
@@ -292,7 +294,7 @@ class ListedRecords:
     """Records that kafka-python's public API returned (ConsumerRecords), as Arrow columns."""
 
     batch: pa.RecordBatch  # KAFKA_SCHEMA
-    header_rows: list[list[dict[str, Any]]]
+    header_rows: list[list[dict[str, Any]] | None]  # None: no headers (Spark gives null)
 
     @property
     def offset(self) -> int:
@@ -305,7 +307,7 @@ class ListedRecords:
 def listed_records(tp: TopicPartition, records: Sequence[Any]) -> ListedRecords:
     """kafka-python ConsumerRecords of one partition (offsets ascending) as Arrow columns."""
     return ListedRecords(_record_columns(tp, records),
-                         [[{"key": key, "value": value} for key, value in r.headers] for r in records])
+                         [[{"key": key, "value": value} for key, value in r.headers] or None for r in records])
 
 
 # What a consumer's poll yields per partition on either path.

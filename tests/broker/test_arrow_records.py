@@ -95,7 +95,7 @@ def now_ms() -> int:
 
 def as_produced(table: pa.Table) -> list[Produced]:
     return [Produced(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                     [(h["key"], h["value"]) for h in row["headers"]], int(row["timestamp"].timestamp() * 1000))
+                     [(h["key"], h["value"]) for h in row["headers"] or []], int(row["timestamp"].timestamp() * 1000))
             for row in table.to_pylist()]
 
 

@@ -83,7 +83,7 @@ def table_records(table: str) -> list[Produced]:
         columns=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
     micros = data.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
     rows = [Produced(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                     [(h["key"], h["value"]) for h in row["headers"]], us // 1000)
+                     [(h["key"], h["value"]) for h in row["headers"] or []], us // 1000)
             for row, us in zip(data.to_pylist(), micros, strict=True)]
     return sorted(rows, key=lambda r: (r.partition, r.offset))
 

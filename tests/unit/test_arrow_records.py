@@ -60,7 +60,7 @@ def expected(data: bytes, fetch_offset: int, with_headers: bool) -> list[dict[st
                "offset": r.offset, "timestamp": (-1 if r.timestamp is None else r.timestamp) * 1000,
                "timestampType": max(r.timestamp_type or 0, 0)}
         if with_headers:
-            row["headers"] = [{"key": k, "value": v} for k, v in r.headers]
+            row["headers"] = [{"key": k, "value": v} for k, v in r.headers] or None  # as Spark
         rows.append(row)
     return rows
 
