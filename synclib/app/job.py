@@ -196,6 +196,7 @@ class Forwarder:
     def __init__(self, config: ForwarderConfig, transform: Transform | None) -> None:
         self.config = config
         self.transform = transform
+        self.dead_letters: Any = None  # synclib.delta.dead_letters.DeadLetterBatches with sink.dead_letters
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
                                      stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
@@ -255,6 +256,8 @@ class Forwarder:
         register(spark)
         df = (spark.readStream.format(FORMAT_NAME)
               .options(**self.source_options(bootstrap, status_path)).load())
+        if self.config.sink.dead_letters.enabled:  # the transform is applied per batch there
+            return self._start_with_dead_letters(df)
         if self.transform is not None:
             df = self.transform(df)
         trigger = self.config.trigger
@@ -270,6 +273,22 @@ class Forwarder:
             query_name="synclib_forwarder",
             log_checkpoints=not self.config.sink.maintenance.enabled,
         )
+
+    def _start_with_dead_letters(self, df: Any) -> Any:
+        """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
+        from synclib.delta.dead_letters import Limits, start_with_dead_letters
+
+        sink, trigger = self.config.sink, self.config.trigger
+        options = sink.dead_letters
+        query, self.dead_letters = start_with_dead_letters(
+            df, self.transform, path=sink.path, dead_letters_path=sink.dead_letters_path,
+            checkpoint_location=self.config.checkpoint.location, error_column=options.error_column,
+            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows),
+            engine=sink.engine, partition_by=sink.partition_by, partition_by_date=sink.partition_by_date,
+            trigger={"availableNow": True} if trigger.available_now
+            else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
+            query_name="synclib_forwarder", log_checkpoints=not sink.maintenance.enabled)
+        return query
 
     def _maintenance(self, spark: Any) -> Any:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled),
@@ -319,16 +338,21 @@ class Forwarder:
         self._report(query, reporter, status_path)
         headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
                     f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
+        if self.dead_letters is not None:
+            from synclib.app.progress import dead_letters_note
+
+            headline += dead_letters_note(sum(self.dead_letters.total.values()), self.config.sink.dead_letters_path)
         return self._finish(status_path, headline)
 
     def _report(self, query: Any, reporter: ProgressReporter, status_path: str) -> None:
         # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
         progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows} for p in query.recentProgress]
         status = PlannerStatus.read(status_path)
-        self.monitoring.observe(query.isActive, progresses, status)
+        letters = self.dead_letters
+        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
         if not self.config.logging.progress:
             return
-        for line in reporter.update(progresses, status):
+        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch):
             print(line, flush=True)
 
     @staticmethod

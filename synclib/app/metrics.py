@@ -16,7 +16,9 @@ received a commit of the group (after a restart, counted from the replay of the 
 Counters: `synclib_commit_log_skipped_total` (malformed commit-log messages skipped by the
 running query), `synclib_batches_total` and `synclib_rows_written_total` (micro-batches and
 rows this run wrote), `synclib_maintenance_runs_total` (table maintenance passes, see
-`maintenance_run`); histogram `synclib_batch_duration_seconds` (micro-batch trigger times).
+`maintenance_run`), `synclib_dead_letters_total{topic}` (rows this run wrote to the dead-letter
+table, `sink.dead_letters`; no sample before the first); histogram
+`synclib_batch_duration_seconds` (micro-batch trigger times).
 
 A figure that is unknown (no high watermark yet, a group that has not committed) has no sample.
 """
@@ -92,6 +94,20 @@ class _StatusCollector(Collector):
         yield skipped
 
 
+class _DeadLettersCollector(Collector):
+    """`synclib_dead_letters_total{topic}` from the dead-letter sink's running totals."""
+
+    def __init__(self) -> None:
+        self.totals: Mapping[str, int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        letters = CounterMetricFamily("synclib_dead_letters", "Rows this run wrote to the dead-letter table",
+                                      labels=("topic",))
+        for topic, count in sorted(self.totals.items()):
+            letters.add_metric([topic], count)
+        yield letters
+
+
 class ForwarderMetrics:
     """The forwarder's series in a registry of their own; `observe` feeds them, `serve` exposes them."""
 
@@ -100,6 +116,8 @@ class ForwarderMetrics:
         self.registry = CollectorRegistry()
         self._status = _StatusCollector(clock)
         self.registry.register(self._status)
+        self._dead_letters = _DeadLettersCollector()
+        self.registry.register(self._dead_letters)
         self._batches = Counter("synclib_batches", "Micro-batches written by this run", registry=self.registry)
         self._rows = Counter("synclib_rows_written", "Rows written to Delta by this run", registry=self.registry)
         self._durations = Histogram("synclib_batch_duration_seconds", "Micro-batch trigger duration",
@@ -126,11 +144,15 @@ class ForwarderMetrics:
             self._server.server_close()
             self._server = None
 
-    def observe(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None) -> None:
+    def observe(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
+                dead_letters: Mapping[str, int] | None = None) -> None:
         """Count the micro-batches of progress reports not seen yet (oldest first; Spark's
-        reports of idle triggers are not batches) and keep `status` for the partition series."""
+        reports of idle triggers are not batches) and keep `status` for the partition series
+        and `dead_letters` (this run's dead letters by topic) for theirs."""
         if status is not None:
             self._status.status = status
+        if dead_letters is not None:
+            self._dead_letters.totals = dict(dead_letters)
         for progress in progresses:
             key = (str(progress["timestamp"]), int(progress["batchId"]))
             if key <= self._seen:

@@ -34,13 +34,15 @@ class Monitoring:
         if self.metrics is not None:
             self.metrics.close()
 
-    def observe(self, active: bool, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None) -> None:
+    def observe(self, active: bool, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
+                dead_letters: Mapping[str, int] | None = None) -> None:
         """One look at the query: whether it is `active`, its recent progress reports, the
-        planner's status (None when not readable, e.g. a Spark Connect server elsewhere)."""
+        planner's status (None when not readable, e.g. a Spark Connect server elsewhere), this
+        run's dead letters by topic (with `sink.dead_letters`)."""
         if self.health is not None:
             self.health.observe(active=active, trigger_at=last_trigger_time(progresses, status))
         if self.metrics is not None:
-            self.metrics.observe(progresses, status)
+            self.metrics.observe(progresses, status, dead_letters)
 
     def maintenance_run(self) -> None:
         """Count a table maintenance pass (the maintenance thread's hook)."""

@@ -65,14 +65,17 @@ class ProgressReporter:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rows = 0
         self.batches = 0
+        self.dead_letters = 0  # rows written to the dead-letter table by the batches shown
         self._table_every_s = table_every_s
         self._clock = clock
         self._seen: tuple[str, int] = ("", -1)
         self._shape: tuple[tuple[str, int, str, bool], ...] | None = None
         self._table_at: float | None = None
 
-    def update(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None) -> list[str]:
-        """Lines for the reports not shown yet (oldest first), then the table if due."""
+    def update(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
+               dead_letters: Mapping[int, int] | None = None) -> list[str]:
+        """Lines for the reports not shown yet (oldest first), then the table if due;
+        `dead_letters`: batch id -> rows that batch wrote to the dead-letter table."""
         partitions = () if status is None else status.partitions
         lines = []
         for progress in progresses:
@@ -80,7 +83,11 @@ class ProgressReporter:
             if key <= self._seen:
                 continue
             self._seen = key
-            lines.append(self._line(progress, partitions) + _malformed_note(status))
+            letters = (dead_letters or {}).get(int(progress["batchId"])) if "addBatch" in progress.get(
+                "durationMs", {}) else None
+            self.dead_letters += letters or 0
+            lines.append(self._line(progress, partitions) + (f"; {letters} dead letters" if letters else "")
+                         + _malformed_note(status))
         shape = tuple((p.topic, p.partition, "flowing" if p.state in FLOWING else p.state.value, bool(p.stale))
                       for p in partitions)
         now = self._clock()
@@ -101,6 +108,11 @@ class ProgressReporter:
         return (f"{clock} batch {progress['batchId']}: {rows} rows in "
                 f"{durations.get('triggerExecution', 0)} ms ({self.rows} this run); "
                 f"{gate_line(partitions)}")
+
+
+def dead_letters_note(total: int, path: str) -> str:
+    """`; dead letters: 3 this run (table PATH)` for the end-of-run headline."""
+    return f"; dead letters: {total} this run (table {path})"
 
 
 def format_summary(path: str, summary: TableSummary | None, status: PlannerStatus | None, headline: str) -> str:

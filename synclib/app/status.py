@@ -32,6 +32,7 @@ from kafka.errors import KafkaError
 
 from synclib.app.preflight import KafkaUnavailable, check_job_kafka
 from synclib.app.progress import table
+from synclib.delta.dead_letter_table import dead_letter_counts
 from synclib.delta.table import table_summary
 from synclib.kafka.admin import KafkaMetadata
 from synclib.leader.follower import CommitLogFollower
@@ -127,12 +128,16 @@ class StatusReport:
     groups: tuple[str, ...]
     table: TableStatus | None
     partitions: tuple[PartitionStatus, ...]
+    # With sink.dead_letters: the dead-letter table and its rows per topic ({} before the first).
+    dead_letters: tuple[str, dict[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        letters = self.dead_letters
         return {"checked_at": self.checked_at, "bootstrap_servers": self.bootstrap_servers,
                 "remote_offsets": self.remote_offsets, "commit_log_topic": self.commit_log_topic,
                 "groups": list(self.groups), "table": None if self.table is None else asdict(self.table),
-                "partitions": [p.to_json() for p in self.partitions]}
+                "partitions": [p.to_json() for p in self.partitions],
+                "dead_letters": None if letters is None else {"path": letters[0], "by_topic": letters[1]}}
 
 
 def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> StatusReport:
@@ -158,6 +163,8 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
                                                        summary.batch_id),
         partitions=tuple(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now)
                          for tp in partitions),
+        dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
+        if config.sink.dead_letters.enabled else None,
     )
 
 
@@ -210,6 +217,10 @@ def format_status(report: StatusReport) -> str:
                "high watermark", "lag", "since leader commit (s)")
     rows = [(p.topic, p.partition, p.state.value, p.follower_offset, *(p.leader_offsets.get(g) for g in groups),
              p.high_watermark, p.lag, p.seconds_since_leader_commit) for p in report.partitions]
+    if report.dead_letters is not None:
+        path, by_topic = report.dead_letters
+        lines.append(f"dead letters in {path}: {sum(by_topic.values())}"
+                     + "".join(f", {n} of topic {t}" for t, n in by_topic.items()))
     return "\n".join([*lines, table(headers, rows) if rows else "no partitions"])
 
 

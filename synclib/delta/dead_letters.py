@@ -319,8 +319,8 @@ class DeadLetterBatches:
         finally:
             letters.unpersist()
         count = sum(by_topic.values())
-        self.total.update(by_topic)
-        self.by_batch[batch_id] = count
+        self.total = self.total + by_topic  # new objects: the job's progress loop reads them from another thread
+        self.by_batch = {**self.by_batch, batch_id: count}
         logger.warning("batch %d: %d dead letters written to %s (%s)", batch_id, count, self.dead.path,
                        ", ".join(f"{_where(f)} {f.error_class}" for f in poison[:5])
                        + (f"{', ' if poison else ''}{rejected} rejected by the transform" if rejected else ""))
