@@ -205,6 +205,8 @@ def _quiet_clients(sasl: bool) -> Iterator[_ClientErrors]:
     client_logger = logging.getLogger("kafka")
     collector = _ClientErrors(sasl)
     saved = client_logger.level, client_logger.propagate
+    disabled = logging.root.manager.disable  # the status command disables logging: the records are needed
+    logging.disable(logging.NOTSET)
     client_logger.addHandler(collector)
     client_logger.setLevel(min(saved[0] or logging.INFO, logging.INFO))
     client_logger.propagate = logger.isEnabledFor(logging.DEBUG)
@@ -212,6 +214,7 @@ def _quiet_clients(sasl: bool) -> Iterator[_ClientErrors]:
     client_logger.removeHandler(collector)
     client_logger.setLevel(saved[0])
     client_logger.propagate = saved[1]
+    logging.disable(disabled)
 
 
 def _admin(config: Mapping[str, Any], servers: Sequence[str], deadline: float, started: float) -> KafkaAdminClient:
