@@ -247,3 +247,31 @@ def test_the_forwarder_stops_on_a_wrong_password_before_spark_starts_with_one_li
     for secret in (PASSWORD, WRONG_PASSWORD):
         assert secret not in out + err
     print(f"wrong password: exit 3 after {elapsed:.1f}s (spark-submit's JVM included): {last}")
+
+
+# --- unreachable or misconfigured brokers (no security needed) --------------------------------
+
+def test_an_unreachable_broker_stops_the_forwarder_with_one_line_after_the_connect_timeout(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "job", "127.0.0.1:1", {
+        "subscribe": "events", "commit_log_topic": "commit-log", "commit_groups": [GROUP]},
+        kafka={"connect_timeout": "3s"})
+    code, out, err, elapsed = run(forwarder_command(config), {})
+    assert code == 3, f"exit {code}\n{out}\n{err[-3000:]}"
+    line = "forwarder: cannot reach Kafka at 127.0.0.1:1 (connection refused) after 3s; check kafka.bootstrap_servers"
+    assert out.strip().splitlines()[-1] == line
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "job" / "checkpoint").exists()
+    print(f"unreachable: exit 3 after {elapsed:.1f}s (spark-submit's JVM included)")
+
+
+def test_a_missing_commit_log_topic_is_one_line_listing_the_topics_there(
+        bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+    events = new_topic("events", 1)
+    config = write_config(tmp_path, "job", bootstrap_servers, {
+        "subscribe": events, "commit_log_topic": "no-such-commit-log", "commit_groups": [GROUP]})
+    code, out, err, _ = status(config, {})
+    assert code == 1, out + err
+    assert err.strip().splitlines() == [err.strip()]
+    assert err.startswith(f"status: topic 'no-such-commit-log' (source.commit_log_topic) does not exist on Kafka "
+                          f"at {bootstrap_servers}; topics there: "), err
+    assert events in err
