@@ -256,7 +256,8 @@ def _rejected(config: Mapping[str, Any], servers: Sequence[str], collector: _Cli
                                 f"{hint}")
     if collector.dropped_in_sasl >= 2:
         return KafkaUnavailable(f"Kafka at {where} closed the connection during SASL authentication over "
-                                f"{protocol} (a wrong password or an unknown user); {hint}")
+                                f"{protocol} (a wrong password, an unknown user, or a listener without this "
+                                f"mechanism); check kafka.security.username, password, sasl_mechanism and protocol")
     last = errors[-1] if errors else error
     return KafkaUnavailable(
         f"cannot reach Kafka at {where} over {protocol}: no Kafka answer after {elapsed_s:.0f}s "

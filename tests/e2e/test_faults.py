@@ -396,8 +396,8 @@ def _values(table: Path) -> Counter[bytes]:
 @pytest.mark.slow
 def test_no_secret_in_anything_the_job_prints_or_writes(bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
     """A SASL password (from the environment) for a broker that does not speak SASL: the job
-    fails to connect; neither its output (DEBUG logging), nor the status command's, nor any
-    file the job left (checkpoint, table, Spark's and Python's temporary files) contains it."""
+    fails to connect (exit 3, before Spark starts); neither its output (DEBUG logging), nor the
+    status command's, nor any file the job left (Spark's and Python's temporary files) contains it."""
     password = f"pw-{uuid.uuid4().hex}"
     events, log = new_topic("secret-events"), new_topic("secret-log")
     config = job_config(bootstrap_servers, events, log, tmp_path, kafka={
@@ -407,8 +407,8 @@ def test_no_secret_in_anything_the_job_prints_or_writes(bootstrap_servers: str, 
         "options": {"bootstrap.timeout.ms": 5000, "request.timeout.ms": 5000}},
         logging={"level": "DEBUG", "progress": True})
     env = {"SYNCLIB_TEST_SASL_PASSWORD": password}
-    output = finished(run_job(tmp_path, config, env=env), 1)
-    assert "forwarder: the query failed" in output
+    output = finished(run_job(tmp_path, config, env=env), 3)  # the check before Spark starts
+    assert "forwarder: Kafka at" in output and "SASL authentication" in output
     assert password not in output
     status = subprocess.run([sys.executable, "-m", "synclib", "status", "--config", str(tmp_path / "run.yaml"),
                              "--json", "--timeout", "5"], capture_output=True, text=True, timeout=120,
