@@ -57,9 +57,10 @@ from synclib.delta.isolation import Error, Failure, Key, OffsetRange, TooManyFai
 from synclib.delta.table import DATE_COLUMN, current_table
 from synclib.delta.writer import (
     DELTA_SPARK,
+    DeltaSparkBatchWriter,
     DeltaStreamWriter,
     check_table_layout,
-    commit_metadata,
+    fit_delta_to_local_master,
     resolve_engine,
     utc_date,
 )
@@ -137,14 +138,8 @@ class DeltaTarget:
         return version is not None and version >= batch_id
 
     def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
-        if self.engine == DELTA_SPARK:
-            offsets = checkpoint.batch_offsets(self.checkpoint, batch_id)
-            writer = (df.write.format("delta").mode("append")
-                      .option("txnAppId", app_id).option("txnVersion", batch_id)
-                      .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
-            if self.partition_by:
-                writer = writer.partitionBy(*self.partition_by)
-            writer.save(self.path)
+        if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
+            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by)(df, batch_id)
             return
         (df.write.format(BATCH_FORMAT).mode("append")
          .option("path", self.path).option("checkpointLocation", self.checkpoint)
@@ -208,7 +203,7 @@ class DeadLetterBatches:
         try:
             self.main.write(self._observed_prepared(source, rejected_seen), app_id, batch_id)
         except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
-            rows, keys, poison = self._isolate(raw, failure)
+            rows, keys, poison = self.isolate_poison(raw, failure)
             self._check(batch_id, len(poison), rows, keys, poison)
             rows_seen, rejected_seen = Observation(), Observation()
             good = raw.where(~_rows_in(poison)) if poison else raw
@@ -231,13 +226,13 @@ class DeadLetterBatches:
     def _dead_letters_again(self, raw: DataFrame, app_id: str, batch_id: int) -> None:
         """A replayed batch already in the main table: derive its dead letters and write them
         unless it had none."""
-        rows, keys, poison = self._isolate(raw, None)
-        rejected = self._rejected(raw, poison).count() if self.error_column is not None else 0
+        rows, keys, poison = self.isolate_poison(raw, None)
+        rejected = self.rejected_rows(raw, poison).count() if self.error_column is not None else 0
         if rejected or poison:
             logger.info("batch %d is in %s but not its dead letters: writing them", batch_id, self.main.path)
             self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
 
-    def _isolate(self, raw: DataFrame, failure: Exception | None) -> tuple[int, list[Key], list[Failure]]:
+    def isolate_poison(self, raw: DataFrame, failure: Exception | None) -> tuple[int, list[Key], list[Failure]]:
         """(rows, sorted keys, poison rows) of the batch; `failure` (what writing it raised) is
         raised again when the transform succeeds on every row, or the rows cannot be read."""
         raw.persist(StorageLevel.MEMORY_AND_DISK)
@@ -274,7 +269,7 @@ class DeadLetterBatches:
             return error_of(exc)
         return None
 
-    def _rejected(self, raw: DataFrame, poison: Sequence[Failure]) -> DataFrame:
+    def rejected_rows(self, raw: DataFrame, poison: Sequence[Failure]) -> DataFrame:
         """Keys and error of the rows the transform marked in its error column."""
         assert self.error_column is not None
         rows = raw.where(~_rows_in(poison)) if poison else raw
@@ -304,7 +299,7 @@ class DeadLetterBatches:
                 [(f.topic, f.partition, f.offset, f.error_class, f.message[:MESSAGE_CHARS]) for f in poison],
                 "topic string, partition int, offset long, error_class string, error_message string"))
         if rejected:
-            errors.append(self._rejected(raw, poison))
+            errors.append(self.rejected_rows(raw, poison))
         failed = reduce(DataFrame.unionByName, errors)
         source = raw if "headers" in raw.columns else raw.withColumn("headers", F.lit(None).cast(HEADERS_TYPE))
         letters = (source.select(*SOURCE_COLUMNS)
@@ -402,7 +397,9 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
     absent = [c for c in columns if c not in schema.fieldNames()]
     if absent:
         raise ValueError(f"partition columns not in the stream: {', '.join(absent)}")
-    if chosen != DELTA_SPARK:
+    if chosen == DELTA_SPARK:
+        fit_delta_to_local_master(spark)
+    else:
         check_table_layout(main_path, schema, columns)
         check_table_layout(dead_path, SCHEMA, ())
         spark.dataSource.register(DeltaBatchSink)

@@ -34,7 +34,7 @@ SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
     "synclib.source.datasource", "synclib.delta.writer", "synclib.app.job",
-    "synclib.delta.dead_letters",  # the dead-letter sink's foreachBatch function
+    "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
 

@@ -1,0 +1,107 @@
+"""What dead letters cost: the same events forwarded through the same transform (tests.poison's
+parse_events) by the plain sink and by the dead-letter sink, then with one poison row per batch
+(a number too large for the int column, in partition 0).
+
+    .venv/bin/python -m benchmarks.dead_letters [--events 200000] [--batch 50000] [--engine delta-rs]
+
+One local[2] Spark session, an embedded broker, a topic of two partitions; each variant is a
+Trigger.AvailableNow run over all of it into a fresh table; reported: wall time of the run and
+the mean `addBatch` time per batch (Spark's durationMs), load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaProducer
+
+from synclib.delta.dead_letters import Limits, start_with_dead_letters
+from synclib.delta.writer import start_delta_stream
+from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
+from synclib.leader.commitlog import Commit, encode_commit
+from tests.poison import ERROR_COLUMN, TOO_LARGE, parse_events
+
+
+def produce(bootstrap: str, topic: str, log: str, events: int, poison_every: int | None) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024, acks=1)
+    per_partition = events // 2
+    for partition in (0, 1):
+        for offset in range(per_partition):
+            poison = partition == 0 and poison_every is not None and offset % poison_every == poison_every // 2
+            value = TOO_LARGE if poison else json.dumps({"n": offset, "name": f"e{offset}"}).encode()
+            producer.send(topic, value=value, key=b"k", partition=partition)
+        producer.flush()
+        producer.send(topic, value=b'{"n": 1, "name": "last"}', partition=partition).get(30)  # exact watermark
+        key, value = encode_commit(Commit("snuba", topic, partition, per_partition + 1, orig_message_ts=time.time()))
+        producer.send(log, key=key, value=value, partition=0).get(30)
+    producer.close()
+
+
+def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, variant: str, batch: int,
+        engine: str) -> dict[str, Any]:
+    raw = spark.readStream.format("synchronized_kafka").options(**{
+        "kafka.bootstrap.servers": bootstrap, "subscribe": topic, "commitLogTopic": log,
+        "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(batch)}).load()
+    common = {"path": str(directory / "table"), "checkpoint_location": str(directory / "checkpoint"),
+              "engine": engine, "trigger": {"availableNow": True}}
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    if variant == "plain":
+        query = start_delta_stream(parse_events(raw).drop(ERROR_COLUMN), **common)
+    else:
+        query, _ = start_with_dead_letters(raw, parse_events, dead_letters_path=str(directory / "dead"),
+                                           error_column=ERROR_COLUMN, limits=Limits(max_rows=100), **common)
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    batches = [p for p in query.recentProgress if "addBatch" in p.durationMs]
+    return {"variant": variant, "wall_s": round(wall, 1), "batches": len(batches),
+            "rows": sum(p.numInputRows for p in batches),
+            "add_batch_ms": round(sum(p.durationMs["addBatch"] for p in batches) / max(1, len(batches))),
+            "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=25_000)
+    parser.add_argument("--engine", default="delta-rs")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv's
+    from pyspark.sql import SparkSession
+
+    from synclib.source.datasource import register
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="synclib-dl-bench-") as scratch:
+        admin = TopicAdmin(broker.bootstrap_servers)
+        results = []
+        for name, poison_every in (("clean", None), ("poison", args.batch // 2)):
+            topic, log = f"bench-{name}", f"bench-{name}-log"
+            admin.create(topic, 2)
+            admin.create(log, 1)
+            produce(broker.bootstrap_servers, topic, log, args.events, poison_every)
+            # twice each, alternating: the first run of a session also warms the JVM up
+            variants = ("plain", "dead-letters") * 2 if poison_every is None else ("dead-letters",)
+            for number, variant in enumerate(variants):
+                directory = Path(scratch) / f"{name}-{variant}-{number}"
+                result = run(spark, broker.bootstrap_servers, topic, log, directory, variant, args.batch, args.engine)
+                result["events"] = name
+                results.append(result)
+                print(json.dumps(result), flush=True)
+        admin.close()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Dead letters through the real job (`spark-submit jobs/forwarder.py`) on the session's broker:
+poison events at known offsets of two partitions (a value that is not JSON, a number too large
+for the int column, a field the transform raises on); the job is killed in each crash window of a
+batch with dead letters, restarted, and at the end the main table holds every other offset once
+and the dead-letter table exactly the poison offsets once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+
+from synclib.delta import checkpoint
+from tests.job_files import delta_batches
+from tests.job_world import JobRun, job_config, wait_for, write_config
+from tests.poison import (
+    ERROR_COLUMN,
+    EVENTS_PER_PARTITION,
+    POISON,
+    good_rows,
+    poison_rows,
+    produce_poisoned,
+)
+from tests.support import publish_commit
+
+JOB_TIMEOUT_S = 600.0
+WINDOW_TIMEOUT_S = 600.0  # from the start of a run: Spark starts, replays, reaches the window (minutes at load 20 on 2 cores)
+READING, MAIN_COMMITTED, BOTH_COMMITTED = "reading", "main-committed", "both-committed"
+
+
+def rows(table: Path, *columns: str) -> list[tuple[Any, ...]]:
+    if not DeltaTable.is_deltatable(str(table)):
+        return []
+    data = DeltaTable(str(table)).to_pyarrow_table(columns=list(columns)).to_pydict()
+    return list(zip(*(data[c] for c in columns), strict=True))
+
+
+class Files:
+    """The job's checkpoint and both tables, read while it is frozen."""
+
+    def __init__(self, directory: Path, topic: str) -> None:
+        self.checkpoint, self.topic = directory / "checkpoint", topic
+        self.main, self.dead = directory / "table", directory / "table_dead_letters"
+
+    def _last(self, name: str) -> int | None:
+        try:
+            batches = [int(n) for n in os.listdir(self.checkpoint / name) if n.isdigit()]
+        except FileNotFoundError:
+            return None
+        return max(batches) if batches else None
+
+    def _ends(self, batch: int) -> dict[int, int]:
+        if batch < 0:
+            return {}
+        ends = checkpoint.batch_offsets(str(self.checkpoint), batch)
+        return {int(p): e for p, e in (json.loads(ends).get(self.topic, {}) if ends else {}).items()}
+
+    def poisoned(self, batch: int) -> bool:
+        """Whether batch `batch`'s offsets hold a poison event."""
+        start, end = self._ends(batch - 1), self._ends(batch)
+        return any(start.get(p, 0) <= o < end.get(p, 0) for p, o in POISON)
+
+    def window(self) -> tuple[str | None, int | None]:
+        planned, done = self._last("offsets"), self._last("commits")
+        if planned is None or planned == done:
+            return None, planned
+        in_main = planned in {v for _, v in delta_batches(self.main)}
+        in_dead = planned in {v for _, v in delta_batches(self.dead)}
+        if not in_main:
+            return READING, planned
+        if not self.poisoned(planned):
+            return BOTH_COMMITTED, planned
+        return (BOTH_COMMITTED if in_dead else MAIN_COMMITTED), planned
+
+
+def kill_in(job: JobRun, files: Files, target: str, want: Callable[[int], bool]) -> int:
+    """SIGKILL `job` once it is in window `target` for a batch `want` accepts; that batch."""
+    deadline = time.monotonic() + WINDOW_TIMEOUT_S
+    while True:
+        wait_for(lambda: (lambda w: w[0] == target and want(w[1]))(files.window()),
+                 max(1.0, deadline - time.monotonic()), f"a {target} window", job, interval_s=0.002)
+        job.freeze()
+        window, batch = files.window()
+        if window == target and batch is not None and want(batch):
+            job.kill()
+            return batch
+        job.thaw()
+
+
+def assert_exactly_once(spark: Any, files: Files) -> None:
+    """chispa: the main table holds every offset but the poison once, the dead-letter table
+    exactly the poison offsets once, with their error classes."""
+    assert_df_equality(spark.createDataFrame(rows(files.main, "partition", "offset"), "partition int, offset long"),
+                       spark.createDataFrame(good_rows(), "partition int, offset long"), ignore_row_order=True)
+    assert_df_equality(
+        spark.createDataFrame(rows(files.dead, "partition", "offset", "error_class"),
+                              "partition int, offset long, error_class string"),
+        spark.createDataFrame(poison_rows(), "partition int, offset long, error_class string"), ignore_row_order=True)
+
+
+@pytest.mark.slow
+def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in_every_window(
+        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+    events, log = new_topic("dl-events", 2), new_topic("dl-log")
+    produce_poisoned(producer, events)
+    for partition in (0, 1):
+        publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
+    config = write_config(tmp_path / "job.yaml", job_config(
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
+        source={"max_offsets_per_trigger": 4},  # 12 batches, 5 with a poison event
+        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}}))
+    files = Files(tmp_path, events)
+    killed = []
+    for number, (target, want) in enumerate([(READING, lambda batch: True),
+                                             (MAIN_COMMITTED, lambda batch: True),
+                                             (BOTH_COMMITTED, files.poisoned)]):
+        job = JobRun(config, tmp_path, f"run-{number}")
+        killed.append((target, kill_in(job, files, target, want)))
+        main, dead = Counter(rows(files.main, "partition", "offset")), Counter(rows(files.dead, "partition", "offset"))
+        assert max(main.values(), default=1) == max(dead.values(), default=1) == 1, (killed, main, dead)
+        assert not set(main) & set(dead) and set(dead) <= set(POISON), (killed, dead)
+    final = JobRun(config, tmp_path, "final", ["--available-now"])
+    assert final.wait(JOB_TIMEOUT_S) == 0, final.tail()
+
+    assert_exactly_once(spark, files)
+    output = final.output()
+    assert re.search(r"dead letters: \d+ this run", output), output[-3000:]
+    assert len({v for _, v in delta_batches(files.dead)}) == len(delta_batches(files.dead))  # each batch once
+
+
+@pytest.mark.slow
+def test_too_many_failures_in_a_batch_stop_the_job_naming_its_offsets(
+        producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+    events, log = new_topic("dl-limit-events", 2), new_topic("dl-limit-log")
+    produce_poisoned(producer, events)
+    for partition in (0, 1):
+        publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
+    config = write_config(tmp_path / "job.yaml", job_config(
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
+        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN, "max_fraction": 0.05}}))
+    job = JobRun(config, tmp_path, "run", ["--available-now"])
+    assert job.wait(JOB_TIMEOUT_S) == 1, job.tail()
+    output = job.output()
+    assert re.search(rf"batch 0: \d+ of 48 rows fail the transform, more than sink.dead_letters.max_fraction \(0.05\)"
+                     rf".*the batch covers {events}\[0\] offsets \[0, 24\), {events}\[1\] offsets \[0, 24\)", output), \
+        output[-3000:]
+    assert f"forwarder: the failed micro-batch covers {events}[0] offsets below 24, {events}[1] offsets below 24" \
+        in output, output[-3000:]
+    assert not rows(tmp_path / "table_dead_letters", "offset")
