@@ -33,7 +33,7 @@ from tests.poison import (
 from tests.support import publish_commit
 
 JOB_TIMEOUT_S = 600.0
-WINDOW_TIMEOUT_S = 600.0  # from the start of a run: Spark starts, replays, reaches the window (minutes at load 20 on 2 cores)
+WINDOW_TIMEOUT_S = 600.0  # a run starts Spark, replays and reaches the window: minutes at load 20 on 2 cores
 READING, MAIN_COMMITTED, BOTH_COMMITTED = "reading", "main-committed", "both-committed"
 
 
