@@ -21,6 +21,14 @@ settings, min_age 0, before each measurement, and batch commits leaving checkpoi
 `on-log-10m` (the same with `log_retention: 10m`: every delta-rs update lists the log, so the
 log's length is per-batch cost) and `reopen` (like `off`, but the table is reopened for every
 commit, the commit path before incremental updates).
+
+`spark-on` and `spark-off` do the same with `sink.engine: delta-spark`: the forwarder's
+`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`synclib.embedded.jvm`), each
+micro-batch timed around the whole Delta write (Spark writes the file and commits; there is no
+separate commit to time), `spark-on` with `spark_maintenance.run_pass` (Delta's OPTIMIZE,
+VACUUM, checkpoints every `checkpoint_interval`, synclib's log cleanup) before each
+measurement, `spark-off` with Delta's defaults (a checkpoint every 10 versions, Delta's own log
+cleanup after 30 days).
 """
 
 from __future__ import annotations
@@ -37,15 +45,17 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from synclib.delta import maintenance
+from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
-from synclib.delta.writer import DeltaStreamWriter, arrow_schema, commit_metadata
+from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
+from synclib.embedded import jvm
 from synclib.settings.job import MaintenanceConfig
 
 SCHEMA = StructType([
@@ -57,8 +67,10 @@ TOPIC = "events"
 # mode -> the maintenance settings of its pass before each measurement (None: no maintenance)
 MAINTENANCE: dict[str, dict[str, str] | None] = {
     "off": None, "on": {"min_age": "0s"}, "on-log-10m": {"min_age": "0s", "log_retention": "10m"}, "reopen": None,
+    "spark-on": {"min_age": "0s"}, "spark-off": None,
 }
 MODES = tuple(MAINTENANCE)
+SPARK_MODES = ("spark-on", "spark-off")
 YOUNG_AGE = 100
 
 
@@ -78,7 +90,7 @@ class Measurement:
 class GrowingTable:
     """A forwarder-shaped Delta table, its fake Spark checkpoint and the forwarder's writer."""
 
-    def __init__(self, directory: Path, rows: int, log_checkpoints: bool) -> None:
+    def __init__(self, directory: Path, rows: int, log_checkpoints: bool, spark: Any = None) -> None:
         self.path = str(directory / "table")
         self.checkpoint = directory / "checkpoint"
         (self.checkpoint / "offsets").mkdir(parents=True)
@@ -90,6 +102,8 @@ class GrowingTable:
         self.schema = arrow_schema(SCHEMA)
         self.writer = DeltaStreamWriter(SCHEMA, {"path": self.path, "checkpointLocation": str(self.checkpoint),
                                                  "logCheckpoints": str(log_checkpoints).lower()})
+        self.spark = spark  # delta-spark: the forwarder's Spark writer in this session
+        self.spark_writer = DeltaSparkBatchWriter(self.path, str(self.checkpoint), [])
         first = self._rows()
         write_deltalake(self.path, first, mode="append", commit_properties=self._properties())
         self._advance()
@@ -145,8 +159,16 @@ class GrowingTable:
             self._advance()
 
     def micro_batch(self, reopen: bool) -> float:
-        """One micro-batch through the forwarder's writer; the seconds its commit took."""
+        """One micro-batch through the forwarder's writer; the seconds its commit took (delta-spark:
+        its whole write)."""
         (self.checkpoint / "offsets" / str(self.batch)).write_text(f"v1\n{{}}\n{self._offsets()}\n")
+        if self.spark is not None:
+            data = self.spark.createDataFrame(self._rows(), schema=SCHEMA).coalesce(1)
+            started = time.perf_counter()
+            self.spark_writer(data, self.batch)
+            elapsed = time.perf_counter() - started
+            self._advance()
+            return elapsed
         message = self.writer.write(iter(self._rows().to_batches()))
         if reopen:
             delta_table._open_tables.clear()  # the commit path before incremental updates
@@ -162,7 +184,10 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
     settings = MAINTENANCE[mode]
     if settings is not None:
         started = time.perf_counter()
-        maintenance.run_pass(table.path, MaintenanceConfig.model_validate(settings))
+        if table.spark is not None:
+            spark_maintenance.run_pass(table.spark, table.path, MaintenanceConfig.model_validate(settings))
+        else:
+            maintenance.run_pass(table.path, MaintenanceConfig.model_validate(settings))
         maintenance_s = round(time.perf_counter() - started, 2)
     delta_table._open_tables.clear()
     table.micro_batch(reopen=False)  # the first commit of a run opens the table
@@ -178,15 +203,30 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
                        log_files=len(os.listdir(Path(table.path) / "_delta_log")), maintenance_s=maintenance_s)
 
 
+def spark_session() -> Any:
+    """A local Spark session with Delta's jars, as ./spark-submit.sh starts the forwarder."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName("synclib-growth")
+    for key, value in {**jvm.DELTA_SESSION_CONF, "spark.jars": ",".join(jvm.jars(jvm.DELTA)),
+                       "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[str]) -> Iterator[Measurement]:
+    spark = spark_session() if set(modes) & set(SPARK_MODES) else None
     for mode in modes:
         directory = workdir / mode
         shutil.rmtree(directory, ignore_errors=True)
-        table = GrowingTable(directory, rows, log_checkpoints=MAINTENANCE[mode] is None)
+        table = GrowingTable(directory, rows, log_checkpoints=MAINTENANCE[mode] is None,
+                             spark=spark if mode in SPARK_MODES else None)
         for age in (YOUNG_AGE, versions):
             started = time.perf_counter()
             table.age_to(age)
-            if MAINTENANCE[mode] is None:  # what the post-commit hook would have written on the way
+            if MAINTENANCE[mode] is None or mode in SPARK_MODES:  # what the commits would have written on the way
                 DeltaTable(table.path).create_checkpoint()
             aged_s = time.perf_counter() - started
             result = measure(table, mode, batches, age)

@@ -15,6 +15,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from synclib.delta.table import read_table_offsets
+from synclib.embedded import jvm
 from synclib.kafka.admin import group_offsets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,11 +29,25 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+def delta_spark_options(config: Path) -> list[str]:
+    """spark-submit options that put Delta's jars and session extension on the job's classpath
+    when `config` asks for `sink.engine: delta-spark` (as ./spark-submit.sh always does); none
+    otherwise, so `auto` resolves to delta-rs as on a bare spark-submit."""
+    sink = (yaml.safe_load(config.read_text()) or {}).get("sink") or {}
+    if sink.get("engine") != "delta-spark":
+        return []
+    options = ["--jars", ",".join(jvm.jars(jvm.DELTA))]
+    for key, value in jvm.DELTA_SESSION_CONF.items():
+        options += ["--conf", f"{key}={value}"]
+    return options
+
+
 def forwarder_command(config: Path, *args: str) -> list[str]:
-    """spark-submit of the job in local mode, one core (the machines running tests are small)."""
+    """spark-submit of the job in local mode, one core (the machines running tests are small),
+    with Delta's jars for a delta-spark config."""
     return [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
-            str(JOB), "--config", str(config), *args]
+            *delta_spark_options(config), str(JOB), "--config", str(config), *args]
 
 
 def run_forwarder(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,7 @@ import yaml
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
+from tests.forwarder_runs import delta_spark_options
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ class JobRun:
         command = [str(SPARK_SUBMIT), "--master", "local[2]"]
         for conf in (*SPARK_CONF, f"spark.local.dir={scratch}"):
             command += ["--conf", conf]
-        command += [str(FORWARDER), "--config", str(config), *args]
+        command += [*delta_spark_options(config), str(FORWARDER), "--config", str(config), *args]
         environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
                        "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
