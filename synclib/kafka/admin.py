@@ -26,10 +26,11 @@ T = TypeVar("T")
 def describe_topics(admin: KafkaAdminClient, topics: Iterable[str] | None = None
                     ) -> dict[str, tuple[str | None, tuple[int, ...]]]:
     """One bounded metadata round trip: {topic: (topic id, partitions)} for the given topics
-    (all topics when None); topics that do not exist are absent."""
+    (all topics but the internal ones, as Spark's Kafka source lists them, when None); topics
+    that do not exist are absent."""
     found = {}
     for topic in admin.describe_topics(sorted(topics) if topics is not None else None):
-        if topic["error_code"] == 0:
+        if topic["error_code"] == 0 and not (topics is None and topic.get("is_internal")):
             partitions = tuple(sorted(p["partition_index"] for p in topic["partitions"]))
             found[topic["name"]] = (topic.get("topic_id"), partitions)
     return found

@@ -15,8 +15,10 @@ class Subscription:
     assignment: tuple[tuple[str, int], ...] = ()
 
     def matches(self, topic: str) -> bool:
+        """subscribePattern matches anywhere in the name (`re.search`), as Spark's Kafka source
+        (Scala's `Regex.findFirstIn`): `events` takes `events-eu` too; anchor with `^...$`."""
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            return re.search(self.pattern, topic) is not None
         if self.assignment:
             return any(t == topic for t, _ in self.assignment)
         return topic in self.topics

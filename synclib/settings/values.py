@@ -162,9 +162,13 @@ def _topic(raw: Any) -> str:
 
 
 def _topic_list(raw: Any) -> str:
+    # Empty names are dropped (`a,b,` is a and b), as Spark's Kafka source does.
     names = raw.split(",") if isinstance(raw, str) else raw
-    if isinstance(names, list) and names and all(isinstance(n, str) and is_topic(n.strip()) for n in names):
-        return ",".join(n.strip() for n in names)
+    if isinstance(names, list):
+        names = [n.strip() if isinstance(n, str) else n for n in names]
+        names = [n for n in names if n != ""]
+    if isinstance(names, list) and names and all(isinstance(n, str) and is_topic(n) for n in names):
+        return ",".join(names)
     raise Invalid("topic names, comma-separated or as a list")
 
 
