@@ -6,8 +6,10 @@ transform raises on a set of offset ranges (`synclib.delta.dead_letters` runs th
 those rows with Spark's `noop` writer). A part of the batch is handed over as one contiguous
 offset range per partition, so a filter on it stays short whatever the batch's size.
 
-The work is bounded: with `k` poison rows among `n`, at most `2 k log2(n)` evaluations, and
-the search stops (`TooManyFailures`) as soon as more than `limit` rows have failed.
+The work is bounded: with `k` poison rows among `n`, at most `2 k log2(n)` evaluations (one
+poison row: about `log2(n) + 1`, the second half of a failing part whose first half passes
+is known to fail), and the search stops (`TooManyFailures`) once more than `limit` rows have
+failed.
 """
 
 from __future__ import annotations
@@ -78,12 +80,13 @@ def isolate(keys: Sequence[Key], evaluate: Evaluate, limit: int, known_error: Er
     what evaluating all of them raised (else they are evaluated first). Raises
     TooManyFailures once more than `limit` rows have failed."""
     found: list[Failure] = []
-    todo: list[tuple[Sequence[Key], Error | None]] = [(keys, known_error)]
+    # (part, what it raised or None when not evaluated yet, whether that error is its own)
+    todo: list[tuple[Sequence[Key], Error | None, bool]] = [(keys, known_error, True)]
     while todo:
-        part, error = todo.pop()
+        part, error, own = todo.pop()
         if not part:
             continue
-        if error is None:
+        if error is None or (len(part) == 1 and not own):  # a single row reports its own error
             error = evaluate(ranges_of(part))
             if error is None:
                 continue
@@ -93,5 +96,10 @@ def isolate(keys: Sequence[Key], evaluate: Evaluate, limit: int, known_error: Er
                 raise TooManyFailures(sorted(found, key=lambda f: f.key), limit)
             continue
         middle = len(part) // 2
-        todo.extend([(part[middle:], None), (part[:middle], None)])  # the first half next
+        first, second = part[:middle], part[middle:]
+        first_error = evaluate(ranges_of(first))
+        # The part fails and its first half does not: the second fails too, without asking.
+        todo.append((second, error if first_error is None else None, False))
+        if first_error is not None:
+            todo.append((first, first_error, True))
     return sorted(found, key=lambda f: f.key)
