@@ -184,6 +184,8 @@ def test_the_job_status_commit_log_and_group_commits_work_over_each_protocol(
     assert {tp: p["leader_offset"] for tp, p in partitions.items()} == expected
     for text in (out, err, status_out, status_err):
         assert PASSWORD not in text and PLAIN_PASSWORD not in text
+    secret = profile.env.get("KAFKA_PASSWORD", PASSWORD).encode()  # Spark had it in its options
+    assert not [str(f) for f in tmp_path.rglob("*") if f.is_file() and secret in f.read_bytes()]
 
 
 FAILURES = {
