@@ -48,6 +48,7 @@ from benchmarks.procmem import TreeMemory
 from benchmarks.references import librdkafka_rate, reference_rate
 from synclib.kafka import client_config as kafkaconf
 from synclib.settings import load_config
+from synclib.settings.values import parse_duration
 
 DELTA_RS, DELTA_SPARK = "delta-rs", "delta-spark"  # synclib.delta.writer's, without importing pyspark here
 LOCAL_BROKERS = ("embedded", "apache-kafka", "apache-kafka-3.9")
@@ -139,6 +140,16 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
     return kafka.bootstrap_servers, None if process is None else process.pid
 
 
+def _spark_trigger(trigger: str) -> str:
+    """'250ms' / '1s' as a processingTime interval."""
+    return f"{int(parse_duration(trigger) * 1000)} milliseconds"
+
+
+def _label(seconds: float) -> str:
+    """A trigger interval as the benchmark names it: 1s, 500ms."""
+    return f"{seconds:g}s" if seconds >= 1 and seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
 def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A contender's result, or {"error"}: one failing engine does not lose the others' numbers."""
     try:
@@ -148,7 +159,7 @@ def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]}
 
 
-def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]], None]) -> dict[str, Any]:
     engine_sets = {engine: [f"sink.engine={engine}"] for engine in args.engines}
     primary = args.engines[0]
     base_overrides = list(args.overrides)
@@ -159,8 +170,8 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(args.partitions, args.messages, args.value_bytes, args.warmup, args.memory_messages,
                         args.memory_scale,
                         args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
-    trigger = f"{int(base.trigger.processing_time * 1000)}ms"
-    latency_triggers = args.latency_triggers or [trigger]
+    trigger = _label(base.trigger.processing_time)
+    latency_triggers = [_label(parse_duration(t)) for t in args.latency_triggers] or [trigger]
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     results: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "engines": args.engines,
                                             "trigger": trigger, "latency_triggers": latency_triggers},
@@ -208,9 +219,9 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                 forwarders[engine] = _attempt(
                     f"forwarder {engine}",
                     lambda e=engine, x=extra, i=index: bench.throughput(topic, ends, f"run{i}-{e}", x))
-            latencies = {t: bench.latency(f"run{index}-lat-{t}", [*engine_sets[primary],
-                                                                 f"trigger.processing_time={t}"])
-                         for t in latency_triggers} if settings.latency_steps else {}
+            latencies = {t: _attempt(f"latency at {t}", lambda t=t, i=index: bench.latency(
+                f"run{i}-lat-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"]))
+                for t in latency_triggers} if settings.latency_steps else {}
             forwarder = forwarders[primary]
             rate = forwarder.get("rows_per_s")
             runs.append({"load_avg": load, "load_avg_end": os.getloadavg(),
@@ -223,14 +234,23 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                          "ratio_librdkafka": None if rate is None else rate / librdkafka,
                          "latency": latencies.get(latency_triggers[0]), "latencies": latencies})
             report.print_run(index + 1, runs[-1])
-        results["runs"] = runs
+            results["runs"] = runs
+            save(results)  # what was measured survives a later phase's failure
         results["median"] = report.medians(runs)
         if args.floor_steps:
-            results["floor"] = {t: _attempt(f"floor at {t}", lambda t=t: floor.floor(
-                bench, f"floor-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"],
-                args.floor_steps, args.floor_interval)) for t in args.floor_triggers}
-            for t, found in results["floor"].items():
-                print(f"batch floor at trigger {t}: {report.floor_line(found)}", flush=True)
+            results["floor"], results["floor_spark_kafka"] = {}, {}
+            for t in [_label(parse_duration(t)) for t in args.floor_triggers]:
+                results["floor"][t] = _attempt(f"floor at {t}", lambda t=t: floor.floor(
+                    bench, f"floor-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"],
+                    args.floor_steps, args.floor_interval))
+                print(f"batch floor at trigger {t}: {report.floor_line(results['floor'][t])}", flush=True)
+                if args.spark_kafka:  # the same sink behind Spark's Kafka source: what our source costs
+                    results["floor_spark_kafka"][t] = _attempt(f"Spark Kafka floor at {t}", lambda t=t: floor.floor(
+                        bench, f"floor-spark-kafka-{t}", [], args.floor_steps, args.floor_interval,
+                        peer=lambda topic, name: peer.live(topic, name, _spark_trigger(t))))
+                    print(f"Spark's Kafka source -> delta-rs, floor at trigger {t}: "
+                          f"{report.floor_line(results['floor_spark_kafka'][t])}", flush=True)
+                save(results)
         if settings.memory_scale:
             phases = {}
             for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
@@ -275,10 +295,14 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         builder = builder.master("local[2]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    results = run(spark, args)
-    report.print_report(results)
     output = os.path.abspath(args.output)
-    with open(output, "w") as out:
-        json.dump(results, out, indent=2)
+
+    def save(results: Mapping[str, Any]) -> None:
+        with open(output, "w") as out:
+            json.dump(results, out, indent=2)
+
+    results = run(spark, args, save)
+    report.print_report(results)
+    save(results)
     print(f"results: {output}")
     return 0

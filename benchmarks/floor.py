@@ -18,11 +18,12 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from benchmarks.cluster import PartitionEnds
-from benchmarks.phases import Bench, _percentile
+from benchmarks.phases import Bench, DeltaLogWatcher, _percentile
 from benchmarks.procmem import TreeMemory
 
 NO_DATA_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
@@ -38,8 +39,14 @@ def _medians(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(e["durationMs"].get(k, 0) for e in events) for k in keys}
 
 
-def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s: float) -> dict[str, Any]:
-    """One-row batches and idle triggers of the forwarder configured by `extra` overrides."""
+Starter = Callable[[str, str], AbstractContextManager[tuple[Any, DeltaLogWatcher]]]
+
+
+def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s: float,
+          peer: Starter | None = None) -> dict[str, Any]:
+    """One-row batches and idle triggers of the forwarder configured by `extra` overrides, or
+    of `peer(topic, name)` (Spark's Kafka source into delta-rs: no gate, each step's time is
+    its record's acknowledgement)."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
@@ -53,6 +60,9 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
         metadata = producer.send(topic, value=b'{"floor": %d}' % partition, partition=partition).get(30)
         return {**ends, partition: metadata.offset + 1}
 
+    def release(ends: PartitionEnds) -> float:
+        return time.time() if peer is not None else cluster.commit(log_topic, topic, ends)
+
     def collect(query: Any) -> None:
         for progress in query.recentProgress:
             event = json.loads(progress.json)
@@ -64,18 +74,19 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
         ends: PartitionEnds = {}
         for partition in range(cluster.partitions):
             ends = produce_one(partition, ends)
-        with bench.forwarder(topic, log_topic, name, extra) as (query, watcher):
+        started = bench.forwarder(topic, log_topic, name, extra) if peer is None else peer(topic, name)
+        with started as (query, watcher):
             if previous is None:
                 spark.conf.unset(NO_DATA_INTERVAL)
             else:
                 spark.conf.set(NO_DATA_INTERVAL, previous)
-            cluster.commit(log_topic, topic, ends)
+            release(ends)
             watcher.wait_for(topic, ends, query)
             published = []
             for step in range(steps):
                 time.sleep(random.uniform(0.5, 1.5) * interval_s)
                 ends = produce_one(step % cluster.partitions, ends)
-                published.append((dict(ends), cluster.commit(log_topic, topic, ends)))
+                published.append((dict(ends), release(ends)))
                 collect(query)
             seen = [watcher.wait_for(topic, offsets, query) for offsets, _ in published]
             idle_s = min(IDLE_S, steps * interval_s)

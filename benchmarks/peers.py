@@ -20,10 +20,12 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
+from benchmarks.phases import DeltaLogWatcher
 from benchmarks.procmem import TreeMemory
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
@@ -84,6 +86,19 @@ class SparkKafkaPeer:
         self.partition_by_date = partition_by_date
         self.jvm_pid = jvm_pid
         self.others = dict(others)
+
+    @contextmanager
+    def live(self, topic: str, name: str, trigger: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
+        """Spark's Kafka source on `topic` into delta-rs (its commits carry the batch's offsets
+        in synclib's metadata, which `DeltaLogWatcher` reads), as the micro-batch floor needs."""
+        from synclib.delta.writer import DELTA_RS
+
+        query = self._start(topic, DELTA_RS, name, trigger, None)
+        try:
+            with DeltaLogWatcher(os.path.join(self.workdir, name, "table")) as watcher:
+                yield query, watcher
+        finally:
+            _stop_between_batches(query)
 
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
         from synclib.delta.writer import DATE_COLUMN, DELTA_SPARK, start_delta_stream, utc_date

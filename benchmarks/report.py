@@ -69,7 +69,7 @@ def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             table[name][f"forwarder {engine} x"] = median([ratios(r).get(engine, {}).get(name) for r in runs])
     latencies: dict[str, Any] = {}
     for trigger in {t for r in runs for t in r.get("latencies", {})}:
-        found = [r["latencies"][trigger] for r in runs if r.get("latencies", {}).get(trigger)]
+        found = [r["latencies"][trigger] for r in runs if "p50_s" in r.get("latencies", {}).get(trigger, {})]
         latencies[trigger] = {
             "p50_s": median([x["p50_s"] for x in found]), "p99_s": median([x["p99_s"] for x in found]),
             "max_s": max((x["max_s"] for x in found), default=None),
@@ -142,6 +142,9 @@ def print_run(number: int, run: Mapping[str, Any]) -> None:
     load = " ".join(f"{x:.2f}" for x in run["load_avg"])
     print_table(run_table(run), f"run {number} (load average {load})")
     for trigger, latency in run.get("latencies", {}).items():
+        if "error" in latency:
+            print(f"  gate latency at trigger {trigger}: failed: {latency['error']}", flush=True)
+            continue
         print(f"  gate latency at trigger {trigger}: p50 {latency['p50_s']:.2f} / p99 {latency['p99_s']:.2f} / "
               f"max {latency['max_s']:.2f} s; median batch ms {latency['batch_ms']}", flush=True)
 

@@ -19,13 +19,12 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
         "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
         "--engines", "delta-rs", "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
         "--latency-interval", "0.3", "--latency-rate", "200", "--floor-steps", "2", "--floor-triggers", "250ms",
-        "--floor-interval", "0.3", "--workdir", str(tmp_path / "work"), "--output", str(output),
+        "--floor-interval", "0.3", "--no-warmup-run", "--workdir", str(tmp_path / "work"), "--output", str(output),
     ]) == 0
     results = json.loads(output.read_text())
 
     timed_rows = 2 * 300 - 2 * int(300 * 0.2)
-    assert results["warmup_run"]["delta-rs"]["rows"] == timed_rows
-    assert results["warmup_run"]["spark-kafka delta-rs"]["rows"] == timed_rows
+    assert "warmup_run" not in results
     run = results["runs"][0]
     forwarder = run["forwarder"]
     assert forwarder == run["forwarders"]["delta-rs"]
@@ -47,6 +46,8 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
     assert floor["steps"] == 2 and len(floor["latency"]["samples_s"]) == 2
     assert floor["one_row_batches"] >= 1 and "addBatch" in floor["one_row_ms"]
     assert floor["idle_triggers"] >= 1 and "latestOffset" in floor["idle_ms"]
+    peer_floor = results["floor_spark_kafka"]["250ms"]
+    assert len(peer_floor["latency"]["samples_s"]) == 2 and peer_floor["one_row_batches"] >= 1
 
     memory = results["memory"]
     assert memory["rows"] == {"N": 2 * 100 - 2 * int(100 * 0.2), "2N": 2 * 200 - 2 * int(200 * 0.2)}
