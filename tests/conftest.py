@@ -101,7 +101,10 @@ def admin(request: pytest.FixtureRequest, bootstrap_servers: str) -> Iterator[To
 
 @pytest.fixture(scope="session")
 def producer(bootstrap_servers: str) -> Iterator[KafkaProducer]:
-    kafka_producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks="all")
+    # It asks for the metadata of every topic it ever sent to: with auto-creation (Kafka's
+    # default) each refresh would bring back the topics `new_topic` deleted after a test.
+    kafka_producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks="all",
+                                   allow_auto_create_topics=False)
     yield kafka_producer
     kafka_producer.close()
 

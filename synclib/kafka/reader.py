@@ -105,10 +105,13 @@ _consumers_lock = threading.Lock()
 
 
 def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
-    """kafka-python kwargs of the read path's consumers (also used by the benchmark's reference)."""
+    """kafka-python kwargs of the read path's consumers (also used by the benchmark's reference).
+    Their metadata requests never create a topic: a worker's cached consumer stays assigned to
+    the partitions it last read, and on a broker with auto.create.topics.enable (Kafka's
+    default) its next metadata refresh would recreate a topic just deleted."""
     return {**READ_DEFAULTS, **for_consumer(client_config), "group_id": None,
             "enable_auto_commit": False, "auto_offset_reset": "earliest",
-            "client_id": "synclib-reader"}
+            "allow_auto_create_topics": False, "client_id": "synclib-reader"}
 
 
 def _cached_consumer(client_config: Mapping[str, Any]) -> RecordsConsumer:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
-from kafka.errors import NoError
+from kafka.errors import KafkaError, NoError
 from kafka.structs import OffsetAndMetadata
 
 from synclib.kafka.client_config import for_admin, for_producer
@@ -44,21 +44,16 @@ class ProgressPublisher:
         if self._topic:
             self._producer = KafkaProducer(**for_producer(client_config),
                                            client_id="synclib-commit-log-publisher", linger_ms=0)
-        self._published: PartitionOffsets = {}
+        self._published: PartitionOffsets = {}  # sent to the commit-log topic
+        self._committed: PartitionOffsets = {}  # committed to the group
 
     def publish(self, end: PartitionOffsets) -> None:
-        moved = {tp: offset for tp, offset in end.items() if self._published.get(tp) != offset}
-        if not moved:
-            return
         if self._admin is not None:
-            results = self._admin.alter_group_offsets(self._group, {
-                TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in moved.items()})
-            failed = {f"{tp.topic}[{tp.partition}]": error.__name__
-                      for tp, error in results.items() if error is not NoError}
-            if failed:
-                logger.warning("could not commit offsets to group %r (has it active members?): %s",
-                               self._group, failed)
-        if self._producer is not None:
+            uncommitted = {tp: offset for tp, offset in end.items() if self._committed.get(tp) != offset}
+            if uncommitted and self._commit_to_group(uncommitted):
+                self._committed.update(uncommitted)
+        moved = {tp: offset for tp, offset in end.items() if self._published.get(tp) != offset}
+        if self._producer is not None and moved:
             now = time.time()
             futures = []
             for (topic, partition), offset in sorted(moved.items()):
@@ -66,8 +61,29 @@ class ProgressPublisher:
                 futures.append(self._producer.send(self._topic or "", key=key, value=value))
             for future in futures:
                 future.get(SEND_TIMEOUT_S)
+            logger.debug("published progress of %d partitions for group %r", len(moved), self._group)
         self._published.update(moved)
-        logger.debug("published progress of %d partitions for group %r", len(moved), self._group)
+
+    def _commit_to_group(self, moved: PartitionOffsets) -> bool:
+        """Best effort, as the commit is only a report: a retriable error (the group's
+        coordinator still loading, as on a fresh Kafka cluster, or moving) is logged and
+        returns False, so that the next batch commits these offsets again."""
+        assert self._admin is not None
+        try:
+            results = self._admin.alter_group_offsets(self._group, {
+                TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in moved.items()})
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            logger.warning("could not commit offsets to group %r now (%s); the next batch retries",
+                           self._group, exc)
+            return False
+        failed = {f"{tp.topic}[{tp.partition}]": error.__name__
+                  for tp, error in results.items() if error is not NoError}
+        if failed:
+            logger.warning("could not commit offsets to group %r (has it active members?): %s",
+                           self._group, failed)
+        return True
 
     def close(self) -> None:
         for client in (self._admin, self._producer):
