@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, UnknownBrokerIdError
 
 from synclib.kafka.client_config import DEFAULT_DEADLINE_S, ISOLATION_LEVELS, for_admin, isolation_level
 from synclib.kafka.subscription import Subscription
@@ -50,6 +50,11 @@ def _tps(partitions: Iterable[TopicPartitionKey]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in sorted(partitions)]
 
 
+# Not marked retriable by kafka-python, but transient: a partition's leader that the client's
+# metadata does not list yet (a broker restarting and re-registering, seen in a rolling restart).
+_TRANSIENT = (UnknownBrokerIdError,)
+
+
 class BrokerUnavailableError(RuntimeError):
     """Planning could not reach the brokers within its deadline."""
 
@@ -64,19 +69,29 @@ class KafkaMetadata:
                  retry_timeout_s: float = DEFAULT_DEADLINE_S) -> None:
         self._subscription = subscription
         self._retry_timeout_s = retry_timeout_s
-        self._admin = KafkaAdminClient(**for_admin(client_config), client_id="synclib-planner")
+        self._client_config = dict(client_config)
+        self._admin = self._new_admin()
         self._isolation_level = isolation_level(client_config)
         self.topic_ids: dict[str, str | None] = {}
+
+    def _new_admin(self) -> KafkaAdminClient:
+        return KafkaAdminClient(**for_admin(self._client_config), client_id="synclib-planner")
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._retry_timeout_s
         backoff_s = 0.1
+        renew = False
         while True:
             try:
+                if renew:  # a new client: fresh metadata now, not at the next periodic refresh
+                    self._admin.close()
+                    self._admin = self._new_admin()
+                    renew = False
                 return call()
             except KafkaError as exc:
-                if not getattr(exc, "retriable", False):
+                if not (getattr(exc, "retriable", False) or isinstance(exc, _TRANSIENT)):
                     raise
+                renew = renew or isinstance(exc, _TRANSIENT)
                 if time.monotonic() + backoff_s > deadline:
                     raise BrokerUnavailableError(
                         f"{what}: no answer from the brokers for {self._retry_timeout_s:.0f}s; "
