@@ -2,7 +2,7 @@
 parse_events) by the plain sink and by the dead-letter sink, then with one poison row per batch
 (a number too large for the int column, in partition 0).
 
-    .venv/bin/python -m benchmarks.dead_letters [--events 200000] [--batch 50000] [--engine delta-rs]
+    .venv/bin/python -m benchmarks.dead_letters [--events 100000] [--batch 25000] [--only clean|poison]
 
 One local[2] Spark session, an embedded broker, a topic of two partitions; each variant is a
 Trigger.AvailableNow run over all of it into a fresh table; reported: wall time of the run and
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=25_000)
     parser.add_argument("--engine", default="delta-rs")
+    parser.add_argument("--only", choices=("clean", "poison"), help="run one of the two topics")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv's
     from pyspark.sql import SparkSession
@@ -87,6 +88,8 @@ def main() -> None:
         admin = TopicAdmin(broker.bootstrap_servers)
         results = []
         for name, poison_every in (("clean", None), ("poison", args.batch // 2)):
+            if args.only not in (None, name):
+                continue
             topic, log = f"bench-{name}", f"bench-{name}-log"
             admin.create(topic, 2)
             admin.create(log, 1)
