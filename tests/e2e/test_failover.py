@@ -146,7 +146,7 @@ def test_broker_kills_and_a_rolling_restart_under_a_running_forwarder_lose_and_d
                     """`act`, then wait until the table holds events the leader released after it."""
                     released = sum(world.committed().values())  # the leader and the producer are alive
                     world.producer.check()  # type: ignore[union-attr]
-                    wait_for(lambda: sampler.forwarded() >= released, RESUME_MAX_S, "the forwarder to catch up", job)
+                    wait_for(lambda: sampler.forwarded() >= released, RESUME_MAX_S, "a caught-up forwarder", job, 0.5)
                     time.sleep(STEADY_S)  # a steady stretch before each fault, for the rate before
                     released = sum(world.committed().values())
                     moment = time.monotonic()
