@@ -33,8 +33,12 @@ def delta_spark_options(config: Path) -> list[str]:
     """spark-submit options that put Delta's jars and session extension on the job's classpath
     when `config` asks for `sink.engine: delta-spark` (as ./spark-submit.sh always does); none
     otherwise, so `auto` resolves to delta-rs as on a bare spark-submit."""
-    sink = (yaml.safe_load(config.read_text()) or {}).get("sink") or {}
-    if sink.get("engine") != "delta-spark":
+    try:
+        loaded = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):  # the tests of missing and invalid configs
+        return []
+    sink = loaded.get("sink") if isinstance(loaded, dict) else None
+    if not isinstance(sink, dict) or sink.get("engine") != "delta-spark":
         return []
     options = ["--jars", ",".join(jvm.jars(jvm.DELTA))]
     for key, value in jvm.DELTA_SESSION_CONF.items():
