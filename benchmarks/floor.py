@@ -102,6 +102,7 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
                 spark.conf.set(NO_DATA_INTERVAL, previous)
     by_batch = {e["batchId"]: e for e in events.values() if e["numInputRows"] > 0}
     one_row = [e for e in by_batch.values() if e["numInputRows"] == 1]
+    stepped = [by_batch[b] for b in sorted({c.batch_id for c in seen if c.batch_id in by_batch})]
     idle = [e for e in events.values() if e["numInputRows"] == 0]
     latencies = [commit.seen_at - at for commit, (_, at) in zip(seen, published, strict=True)]
     waits, batch_s = [], []
@@ -117,6 +118,9 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
         "wait_for_batch_s": {"p50": _percentile(waits, 50), "max": max(waits)} if waits else None,
         "batch_start_to_table_s": {"p50": _percentile(batch_s, 50), "max": max(batch_s)} if batch_s else None,
         "one_row_batches": len(one_row), "one_row_ms": _medians(one_row),
+        # the batches that carried the steps: one row each unless a slow batch let steps pile up
+        "step_batches": len(stepped), "step_rows": [e["numInputRows"] for e in stepped],
+        "step_ms": _medians(stepped),
         "idle_triggers": len(idle), "idle_ms": _medians(idle),
         "idle_cpu_s_per_s": {role: round(cpu / idle_s, 4) for role, cpu in idle_usage.cpu_seconds_by_role().items()},
     }
