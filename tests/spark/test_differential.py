@@ -1,10 +1,11 @@
 """Differential test: `synchronized_kafka` against Spark's own Kafka source (spark-sql-kafka-0-10).
 
-One topic set per module, written by librdkafka: two topics (3 + 2 partitions), every codec
+One topic set per module, written by librdkafka: three topics (3 + 2 + 1 partitions), every codec
 (gzip, snappy, lz4, zstd), headers with duplicate keys and null values, null keys and values,
-explicit CreateTime timestamps, committed and aborted transactions (their markers leave offset
-gaps, two partitions end in a marker). The leader group `leader` has committed every partition
-to its end, `partial` to offsets in the middle (some on a transaction marker).
+explicit CreateTime timestamps (the third topic has LogAppendTime), committed and aborted
+transactions (their markers leave offset gaps, two partitions end in a marker). The leader group
+`leader` has committed every partition to its end, `partial` to offsets in the middle (some on a
+transaction marker).
 
 With the same options, both sources give equal DataFrames (chispa, ordered by topic, partition,
 offset), column by column, and the same offsets per micro-batch. `synchronized_kafka` has no
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -50,6 +52,7 @@ class Topics:
 
     a: str  # 3 partitions
     b: str  # 2 partitions
+    c: str  # 1 partition, LogAppendTime
     log: str
     prefix: str
     bootstrap: str
@@ -61,7 +64,7 @@ class Topics:
 
     def kafka(self, **options: str) -> dict[str, str]:
         """Options both sources take: the broker, the topics, and `options`."""
-        given = {"subscribe": f"{self.a},{self.b}", **options}
+        given = {"subscribe": f"{self.a},{self.b},{self.c}", **options}
         return {"kafka.bootstrap.servers": self.bootstrap, **{k: v for k, v in given.items() if v is not None}}
 
     def ours(self, group: str = "leader", **options: str) -> dict[str, str]:
@@ -120,6 +123,7 @@ def _write(topics: Topics) -> None:
     produce_burst(plain["zstd"], b, 1, _records(32, 6, base + 10))
     marker_after(transaction(txn, b, 1, _records(33, 3, base + 11), commit=False))  # ends in an abort marker
     topics.aborted += 3
+    produce_burst(plain["lz4"], topics.c, 0, _records(4, 12, base + 12))  # the broker's clock replaces CreateTime
     for kafka in (*plain.values(), txn):
         kafka.flush(30)
 
@@ -127,13 +131,18 @@ def _write(topics: Topics) -> None:
 @pytest.fixture(scope="module")
 def topics(admin, producer, bootstrap_servers, tmp_path_factory) -> Iterator[Topics]:
     prefix = f"diff-{uuid.uuid4().hex[:8]}"
-    world = Topics(f"{prefix}-a", f"{prefix}-b", f"{prefix}-log", prefix, bootstrap_servers,
+    world = Topics(f"{prefix}-a", f"{prefix}-b", f"{prefix}-c", f"{prefix}-log", prefix, bootstrap_servers,
                    tmp_path_factory.mktemp("differential"))
     admin.create(world.a, 3)
     admin.create(world.b, 2)
     admin.create(world.log, 1)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        kafka_admin.create_topics([NewTopic(world.c, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    finally:
+        kafka_admin.close()
     _write(world)
-    for topic, count in ((world.a, 3), (world.b, 2)):
+    for topic, count in ((world.a, 3), (world.b, 2), (world.c, 1)):
         for partition, end in high_watermarks(bootstrap_servers, topic, range(count)).items():
             world.ends[(topic, partition)] = end
     # `partial`: the middle of A[0], a commit marker of A[1], nothing of B[0], all of B[1],
@@ -144,13 +153,14 @@ def topics(admin, producer, bootstrap_servers, tmp_path_factory) -> Iterator[Top
         (world.a, 2): world.markers[(world.a, 2)][1],
         (world.b, 0): 0,
         (world.b, 1): world.ends[(world.b, 1)],
+        (world.c, 0): 4,
     }
     for (topic, partition), end in world.ends.items():
         publish_commit(producer, world.log, "leader", topic, partition, end)
         publish_commit(producer, world.log, "partial", topic, partition, world.partial[(topic, partition)])
     yield world
     if BROKER != TANSU:
-        admin.delete([world.a, world.b, world.log])
+        admin.delete([world.a, world.b, world.c, world.log])
 
 
 # -- running the two sources ---------------------------------------------------------------
@@ -216,6 +226,7 @@ def test_same_rows_as_spark_batch_read(spark, topics):
     mine = ours(spark, topics)
     assert_same(mine.rows, theirs_batch(spark, topics), total(topics))
     assert "headers" not in mine.rows.columns
+    assert mine.rows.where(f"topic = '{topics.c}' and timestampType = 1").count() == 12
 
 
 def test_same_rows_and_batches_as_spark_streaming_query(spark, topics):
@@ -242,7 +253,7 @@ def test_latest_starts_at_the_end_and_is_sparks_streaming_default(spark, topics)
 
 
 def test_subscribe_list_with_spaces_and_an_empty_name(spark, topics):
-    value = f" {topics.b} ,{topics.a},"
+    value = f" {topics.b} ,{topics.a},{topics.c},"
     assert_same(ours(spark, topics, subscribe=value).rows, theirs_batch(spark, topics, subscribe=value),
                 total(topics))
 
@@ -271,7 +282,7 @@ def test_starting_offsets_json(spark, topics):
     """-2 earliest, -1 latest, explicit offsets: one on a commit marker, one inside an aborted transaction."""
     a, b = topics.a, topics.b
     starting = topics.offsets_json({(a, 0): -2, (a, 1): topics.markers[(a, 1)][0], (a, 2): 17, (b, 0): -1,
-                                    (b, 1): 3})
+                                    (b, 1): 3, (topics.c, 0): 3})
     mine = ours(spark, topics, startingOffsets=starting)
     spark_run = theirs_stream(spark, topics, startingOffsets=starting)
     assert_same(mine.rows, spark_run.rows)
