@@ -182,6 +182,8 @@ def floor_line(floor: Mapping[str, Any]) -> str:
              f" = wait for the batch (p50 {_cell(wait.get('p50'), '.3f')} s) + batch start to table "
              f"(p50 {_cell(batch.get('p50'), '.3f')} s)",
              "one-row batch ms " + ", ".join(f"{k} {v:.0f}" for k, v in one.items()),
+             f"batches carrying the steps {floor.get('step_rows')} rows, ms "
+             + ", ".join(f"{k} {v:.0f}" for k, v in (floor.get("step_ms") or {}).items()),
              "idle trigger ms " + ", ".join(f"{k} {v:.0f}" for k, v in idle.items()),
              "idle CPU s/s " + ", ".join(f"{k} {v:.3f}" for k, v in (floor.get("idle_cpu_s_per_s") or {}).items())]
     return "; ".join(parts)
