@@ -7,7 +7,7 @@ empty aborted-transactions list under read_committed, so aborted records come ba
 ListOffsets(read_committed) answers 0 while a transaction is open. librdkafka's mock cluster
 writes control batches that fail kafka-python's CRC check, answers ListOffsets(read_committed)
 with the high watermark and returns aborted and open transactions' records under read_committed.
-The read_committed test needs a real Kafka (KAFKA_BOOTSTRAP_SERVERS).
+The read_committed test runs on Apache Kafka (the default test broker, 4.4, and 3.9).
 """
 
 from __future__ import annotations
