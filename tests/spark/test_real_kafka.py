@@ -57,8 +57,10 @@ def values(tag: str, count: int) -> list[Record]:
 
 
 def compressed_producer(bootstrap: str, **config: Any) -> Producer:
-    """As production producers send: batched (linger) and compressed."""
-    return producer(bootstrap, compression_type="zstd", linger_ms=20, batch_num_messages=500, **config)
+    """As production producers send: batched (linger) and compressed. It never creates a topic:
+    its metadata refreshes would bring back a topic the test deletes (Kafka's auto.create.topics.enable)."""
+    return producer(bootstrap, compression_type="zstd", linger_ms=20, batch_num_messages=500,
+                    allow_auto_create_topics=False, **config)
 
 
 def rows(world: World, where: str = "true") -> list[tuple[int, int, str]]:
