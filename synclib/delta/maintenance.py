@@ -33,7 +33,8 @@ OPTIMIZE commits removing the same files, and drops the application transactions
 commit carrying the maintenance application transaction (`synclib-maintenance`, version
 n + 1; two claims of the same n conflict, and the later one gives up) and its OPTIMIZE commit
 names the claim it closes; a pass that finds a claim neither closed nor expired (a pass
-that died holds it until `time_budget` + `CLAIM_MARGIN_S`) compacts nothing.
+that died holds it until `time_budget` + `CLAIM_MARGIN_S`, unless it ran on this host in a
+process that no longer exists, e.g. a job killed mid-compaction and restarted) compacts nothing.
 With `sink.engine: delta-spark` the job's passes run Delta's own OPTIMIZE, VACUUM, checkpoints
 and log cleanup instead (`synclib.delta.spark_maintenance`).
 
@@ -50,6 +51,7 @@ import logging
 import math
 import os
 import re
+import socket
 import threading
 import time
 import uuid
@@ -193,8 +195,25 @@ def _claim_state(table: DeltaTable, serial: int, now: float) -> str:
                 continue
             if note.get("operation") != "claim":
                 return "closed"
+            if _owner_gone(note):
+                return "expired"
             return "open" if now < float(note.get("expires", 0)) else "expired"
     return "expired"  # its commit left the searched history (or the log): long past its expiry
+
+
+def _owner_gone(note: dict[str, Any]) -> bool:
+    """Whether the claim's pass ran on this host in a process that no longer exists (a job killed
+    during a compaction and restarted): its claim need not wait out its expiry. A pass on another
+    host cannot be seen from here and keeps its claim until it expires."""
+    if note.get("host") != socket.gethostname() or not isinstance(note.get("pid"), int):
+        return False
+    try:
+        os.kill(note["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _maintenance_note(commit: dict[str, Any]) -> dict[str, Any] | None:
@@ -214,6 +233,7 @@ def _claim(table: DeltaTable, options: MaintenanceConfig, report: PassReport, no
         return None
     serial = (current or 0) + 1
     note = {"operation": "claim", "claim": serial, "owner": str(uuid.uuid4()),
+            "host": socket.gethostname(), "pid": os.getpid(),
             "expires": now + options.time_budget + CLAIM_MARGIN_S}
     try:
         table.create_write_transaction([], mode="append", schema=table.schema(),
