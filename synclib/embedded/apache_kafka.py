@@ -163,6 +163,9 @@ class KafkaNode:
             "transaction.state.log.num.partitions": "4",
             "min.insync.replicas": min_isr if replication > 1 else "1",
             "group.initial.rebalance.delay.ms": "0",
+            # Topics exist when a test or the job creates them: a client's metadata request must not
+            # bring back a topic a test just deleted (as production clusters usually configure).
+            "auto.create.topics.enable": "false",
             # Tests delete many topics and run the log cleaner on purpose: do it promptly.
             "file.delete.delay.ms": "1000",
             "log.cleaner.backoff.ms": "500",
