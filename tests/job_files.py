@@ -15,7 +15,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from synclib.delta import checkpoint
-from synclib.delta.maintenance import COMPACTED_FILE
+from synclib.delta.maintenance import COMPACTED_FILE, MAINTENANCE_APP_ID
 from synclib.delta.table import read_table_offsets
 
 PLANNING, READING, DELTA_COMMITTED, MAINTENANCE = "planning", "reading", "delta-committed", "maintenance"
@@ -37,7 +37,8 @@ def _last_batch(directory: Path) -> int | None:
 
 
 def delta_batches(table: Path) -> list[tuple[str, int]]:
-    """(app id, batch id) of every Delta commit carrying a synclib transaction, oldest first."""
+    """(app id, batch id) of every Delta commit writing a batch, oldest first (compaction claims,
+    which carry the maintenance transaction, are not batches)."""
     log = table / "_delta_log"
     try:
         names = sorted(n for n in os.listdir(log) if _DELTA_COMMIT_FILE.fullmatch(n))
@@ -47,7 +48,7 @@ def delta_batches(table: Path) -> list[tuple[str, int]]:
     for name in names:
         for line in (log / name).read_text().splitlines():
             txn = json.loads(line).get("txn") if line.strip() else None
-            if txn is not None:
+            if txn is not None and txn["appId"] != MAINTENANCE_APP_ID:
                 found.append((txn["appId"], int(txn["version"])))
     return found
 
