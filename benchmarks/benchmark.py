@@ -46,8 +46,8 @@ from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.procmem import TreeMemory
 from benchmarks.references import librdkafka_rate, reference_rate
-from synclib.kafka import client_config as kafkaconf
 from synclib.settings import load_config
+from synclib.settings.kafka import kafka_client_config
 from synclib.settings.values import parse_duration
 
 DELTA_RS, DELTA_SPARK = "delta-rs", "delta-spark"  # synclib.delta.writer's, without importing pyspark here
@@ -183,7 +183,7 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             bootstrap, broker_pid = _broker(stack, kind or "embedded")
         results["broker"] = kind or ("embedded" if base.kafka.embedded else bootstrap)
         workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="synclib-bench-"))
-        client_config = kafkaconf.kafka_client_config(
+        client_config = kafka_client_config(
             {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap})
         cluster = Cluster(client_config, settings.partitions)
         stack.callback(cluster.close)

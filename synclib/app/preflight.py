@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from synclib.kafka.client_config import kafka_client_config
 from synclib.kafka.preflight import KafkaUnavailable, check_kafka
 from synclib.settings import ForwarderConfig
+from synclib.settings.kafka import kafka_client_config
 
 __all__ = ["EXIT_KAFKA", "KafkaUnavailable", "check_job_kafka"]
 

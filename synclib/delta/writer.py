@@ -53,8 +53,7 @@ from synclib.delta.table import (  # noqa: F401
     read_table_offsets,
     table_summary,
 )
-from synclib.kafka.client_config import parse_bool
-from synclib.settings.values import Engine
+from synclib.settings.values import Engine, parse_bool
 
 logger = logging.getLogger(__name__)
 

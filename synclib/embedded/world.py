@@ -7,7 +7,7 @@ and publishes each commit to the commit-log topic. `EmbeddedWorld` runs both on 
 broker. Every produce burst ends each partition with a single-record batch: the embedded
 broker reports the exact high watermark only then (`send_ending_single`).
 
-Clients take kafka-python kwargs (as from `synclib.kafka.client_config.kafka_client_config`).
+Clients take kafka-python kwargs (as from `synclib.settings.kafka.kafka_client_config`).
 Threads are daemons; `check()` raises `SimulationError` carrying the cause once a thread has died.
 """
 

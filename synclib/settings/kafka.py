@@ -1,18 +1,24 @@
-"""The `kafka:` section: bootstrap servers, security and extra kafka-python client options.
+"""The `kafka:` section: bootstrap servers, security and extra kafka-python client options, and
+`kafka_client_config`, which maps Spark-style `kafka.*` options to kafka-python client kwargs.
 
 Each security setting carries its Spark `kafka.*` option name (`serialization_alias`), so
 `KafkaConfig.client_options()` is what the source reads back with `kafka_client_config`.
+`kafka.security.protocol` -> `security_protocol`; a few Java/librdkafka names whose kafka-python
+spelling differs are translated explicitly. Unknown names are an error naming the option, so a
+typo never silently falls back to a default.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from synclib.kafka.client_config import KafkaConfigError, is_secret, kafka_client_config
+from synclib.kafka.client_config import DEFAULTS, ISOLATION_LEVELS
 from synclib.kafka.preflight import DEFAULT_CONNECT_TIMEOUT_S
-from synclib.settings.model import Invalid, Section, SettingError, describe
+from synclib.settings.model import Invalid, Section, SettingError, describe, is_secret
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
@@ -23,8 +29,26 @@ from synclib.settings.values import (
     SaslMechanismChoice,
     SecretString,
     String,
+    parse_bool,
     spark_value,
 )
+
+KAFKA_PREFIX = "kafka."
+# Java / librdkafka names whose kafka-python name is not the dotted name with '_'.
+_RENAMES = {
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.truststore.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "max.poll.records": "max_poll_records",
+}
+# Keys the job sets itself; setting them through kafka.* would break the source's contract.
+_RESERVED = {"group_id", "enable_auto_commit", "key_deserializer", "value_deserializer",
+             "key_serializer", "value_serializer", "auto_offset_reset"}
+_JAAS_CREDENTIALS = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
 
 _SASL_SETTINGS = ("sasl_mechanism", "username", "password")
 _SSL_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname")
@@ -131,3 +155,70 @@ class KafkaConfig(Section):
     def client_options(self) -> dict[str, str]:
         """The `kafka.*` Spark options for security and extra settings (no bootstrap servers)."""
         return {**self.security.client_options(), **{f"kafka.{k}": v for k, v in self.options.items()}}
+
+
+# --- `kafka.*` options -> kafka-python kwargs ---------------------------------------------
+
+class KafkaConfigError(ValueError):
+    """A `kafka.*` option that kafka-python does not know or cannot take."""
+
+
+def kafka_client_config(options: Mapping[str, Any]) -> dict[str, Any]:
+    """kafka-python kwargs from the `kafka.*` entries of `options` (other keys ignored).
+
+    `kafka.bootstrap.servers` becomes `bootstrap_servers` (a list). Values given as
+    strings (Spark options always are) are converted to the type of kafka-python's default.
+    """
+    config: dict[str, Any] = {}
+    for option, raw in options.items():
+        if not option.startswith(KAFKA_PREFIX):
+            continue
+        name = option[len(KAFKA_PREFIX):]
+        if name == "sasl.jaas.config":
+            config.update(_jaas_credentials(option, str(raw)))
+            continue
+        if name == "ssl.endpoint.identification.algorithm":
+            config["ssl_check_hostname"] = bool(str(raw).strip())
+            continue
+        key = _RENAMES.get(name, name.replace(".", "_"))
+        if key not in DEFAULTS:
+            raise KafkaConfigError(f"option {option!r}: kafka-python has no setting {key!r}")
+        if key in _RESERVED:
+            raise KafkaConfigError(f"option {option!r} is managed by synclib and cannot be set")
+        config[key] = _convert(option, key, raw)
+    servers = config.get("bootstrap_servers")
+    if isinstance(servers, str):
+        config["bootstrap_servers"] = [s.strip() for s in servers.split(",") if s.strip()]
+    return config
+
+
+def _jaas_credentials(option: str, jaas: str) -> dict[str, str]:
+    found = dict(_JAAS_CREDENTIALS.findall(jaas))
+    if "username" not in found or "password" not in found:
+        raise KafkaConfigError(f"option {option!r}: expected username=\"...\" password=\"...\"")
+    return {"sasl_plain_username": found["username"], "sasl_plain_password": found["password"]}
+
+
+def _convert(option: str, key: str, raw: Any) -> Any:
+    default = DEFAULTS[key]
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if isinstance(default, bool):
+            return parse_bool(text)
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        raise KafkaConfigError(
+            f"option {option!r}: {describe(raw, secret=is_secret(option))} is not a {type(default).__name__}"
+        ) from None
+    if key == "api_version" and text:
+        return tuple(int(p) for p in text.split("."))
+    if key == "isolation_level":
+        if text.lower() not in ISOLATION_LEVELS:
+            raise KafkaConfigError(f"option {option!r}: {raw!r} is not one of {', '.join(ISOLATION_LEVELS)}")
+        return text.lower()
+    return text

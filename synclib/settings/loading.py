@@ -17,9 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from synclib.kafka.client_config import is_secret
 from synclib.settings.job import ForwarderConfig
-from synclib.settings.model import Naming, describe, explain, known_names, nested, suggestion
+from synclib.settings.model import Naming, describe, explain, is_secret, known_names, nested, suggestion
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _YAML_NAMING = Naming(name=".".join, noun="key")
@@ -107,8 +106,7 @@ def _apply_override(tree: dict[Any, Any], override: str, file: str) -> None:
     dotted, sep, text = override.partition("=")
     dotted = dotted.strip()
     if not sep or not dotted:
-        shown = "<hidden>" if is_secret(override) else repr(override)
-        raise ConfigError(f"{file}: --set {shown}: expected dotted.key=value")
+        raise ConfigError(f"{file}: --set {describe(override, secret=is_secret(override))}: expected dotted.key=value")
     try:
         value = _expand(yaml.safe_load(text), dotted, file)
     except yaml.YAMLError:

@@ -17,14 +17,14 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from synclib.kafka.client_config import is_secret
-
 KeyPath = tuple[str, ...]  # a setting's keys from the root: ("kafka", "security", "protocol")
 
 # Annotated metadata of a field whose explicit null means None, not the default.
 KEEP_NULL = "keep-null"
 # pydantic's error types of a key the section does not have (a name, or not even a string).
 _UNKNOWN_KEY = ("extra_forbidden", "invalid_key")
+# Parts of a setting's or option's name that mark its value as secret.
+_SECRET_MARKERS = ("password", "secret", "jaas", "token", "key.password")
 
 
 class Invalid(ValueError):
@@ -118,6 +118,12 @@ def suggestion(path: KeyPath, known: list[str]) -> str:
     if match:
         return f" (did you mean {'.'.join((*path[:-1], match[0]))!r}?)"
     return f" (known keys: {', '.join(candidates)})"
+
+
+def is_secret(name: str) -> bool:
+    """True for setting and option names whose values must never be logged or shown in an error."""
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 def describe(value: Any, secret: bool = False) -> str:

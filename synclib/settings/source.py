@@ -18,9 +18,10 @@ from typing import Any, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
-from synclib.kafka.client_config import DEFAULT_DEADLINE_S, KAFKA_PREFIX, KafkaConfigError, kafka_client_config
+from synclib.kafka.client_config import DEFAULT_DEADLINE_S
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import PartitionOffsets, parse_offsets_json
+from synclib.settings.kafka import KAFKA_PREFIX, KafkaConfigError, kafka_client_config
 from synclib.settings.model import KeyPath, Naming, Section, SettingError, explain
 from synclib.settings.values import (
     SPARK,

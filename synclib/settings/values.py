@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, SecretStr, ValidationInfo
 
-from synclib.kafka.client_config import parse_bool
 from synclib.settings.model import Invalid
 
 # Validation context of Spark reader options (`model_validate(..., context=SPARK)`).
@@ -67,6 +66,14 @@ def parse_duration(text: str) -> float:
     if match is None or unit is None:
         raise ValueError(f"not a duration: {text!r}")
     return float(match.group(1)) * unit
+
+
+def parse_bool(text: str) -> bool:
+    """`true` or `false` in any case, as Spark options spell booleans; ValueError otherwise."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"not a boolean: {text!r}")
+    return lowered == "true"
 
 
 def choices(values: Any) -> BeforeValidator:

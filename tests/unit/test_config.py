@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.kafka.client_config import kafka_client_config
 from synclib.settings import (
     ConfigError,
     EmbeddedConfig,
@@ -20,6 +19,7 @@ from synclib.settings import (
     load_config,
     parse_duration,
 )
+from synclib.settings.kafka import kafka_client_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SECRET = "hunter2-s3cr3t"

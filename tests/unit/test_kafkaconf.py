@@ -1,6 +1,8 @@
 import pytest
 
-from synclib.kafka.client_config import KafkaConfigError, isolation_level, kafka_client_config, redact
+from synclib.kafka.client_config import isolation_level
+from synclib.settings.kafka import KafkaConfigError, kafka_client_config
+from synclib.settings.model import is_secret
 
 
 def test_java_style_names_map_to_kafka_python():
@@ -53,9 +55,9 @@ def test_bad_secret_value_is_not_echoed():
     assert "hunter2" not in str(error.value)
 
 
-def test_redact_hides_secrets():
-    assert redact({"kafka.sasl.password": "p", "kafka.sasl.username": "u"}) == {
-        "kafka.sasl.password": "***", "kafka.sasl.username": "u"}
+def test_secret_option_names_are_recognised():
+    assert is_secret("kafka.sasl.password") and is_secret("kafka.sasl.jaas.config")
+    assert not is_secret("kafka.sasl.username")
 
 
 @pytest.mark.parametrize("given", ["read_committed", " READ_COMMITTED "])

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.kafka.client_config import kafka_client_config
 from synclib.settings import SourceConfig, SourceOptionError, SourceOptions, load_config
+from synclib.settings.kafka import kafka_client_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SECRET = "hunter2-s3cr3t"
