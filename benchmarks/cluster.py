@@ -12,6 +12,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
+from synclib.background import BackgroundThread
 from synclib.kafka import client_config as kafkaconf
 from synclib.leader.commitlog import Commit, encode_commit
 
@@ -34,43 +35,33 @@ def event_values(value_bytes: int) -> Callable[[int, int], bytes]:
     return lambda partition, sequence: b"%s%08x%024x%s" % (head, partition, sequence, tail)
 
 
-class LiveProducer:
+class LiveProducer(BackgroundThread):
     """Writes `rate` events/s round-robin over the partitions in bursts every 50 ms (cheap
     formatted values, not to steal the forwarder's CPU), each burst ending with a single-record
     batch per partition, as the embedded broker needs for exact high watermarks."""
 
     def __init__(self, cluster: Cluster, topic: str, rate: float, value_bytes: int) -> None:
+        super().__init__("live-producer")
         self._cluster, self._topic, self._rate = cluster, topic, rate
         self._event = event_values(value_bytes)
         self._produced: PartitionEnds = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="live-producer", daemon=True)
-
-    def __enter__(self) -> LiveProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def produced(self) -> PartitionEnds:
         """Next offset per partition, as acknowledged; raises if the producer thread died."""
-        if self._failure is not None:
-            raise RuntimeError(f"the live producer died: {self._failure!r}") from self._failure
+        if self.failure is not None:
+            raise RuntimeError(f"the live producer died: {self.failure!r}") from self.failure
         with self._lock:
             return dict(self._produced)
 
-    def _run(self) -> None:
+    def _work(self) -> None:
         from synclib.embedded.simulation import send_ending_single
 
         partitions = self._cluster.partitions
         producer = self._cluster.producer(linger_ms=5)
         try:
             started, sent = time.monotonic(), 0
-            while not self._stop.wait(0.05):
+            while not self._stopping.wait(0.05):
                 due = int(self._rate * (time.monotonic() - started))
                 records: dict[int, list[Any]] = {}
                 for sequence in range(sent, due):
@@ -80,8 +71,6 @@ class LiveProducer:
                 ends = send_ending_single(producer, self._topic, records)
                 with self._lock:
                     self._produced.update(ends)
-        except BaseException as exc:  # noqa: BLE001 - reported by produced()
-            self._failure = exc
         finally:
             producer.close(timeout=5)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
 from benchmarks.procmem import TreeMemory
+from synclib.background import BackgroundThread
 from synclib.delta.table import META_BATCH_ID, META_OFFSETS
 from synclib.settings import ForwarderConfig, load_config
 
@@ -60,31 +61,22 @@ def _reaches(offsets: Mapping[str, Mapping[str, int]], topic: str, wanted: Parti
     return all(have.get(str(p), -1) >= end for p, end in wanted.items())
 
 
-class DeltaLogWatcher:
+class DeltaLogWatcher(BackgroundThread):
     """Polls `<table>/_delta_log` and records every commit carrying synclib offsets."""
 
     def __init__(self, table_path: str) -> None:
+        super().__init__("delta-log-watcher")
         self._log_dir = os.path.join(table_path, "_delta_log")
         self._lock = threading.Lock()
         self._commits: list[SeenCommit] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="delta-log-watcher", daemon=True)
-
-    def __enter__(self) -> DeltaLogWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def commits(self) -> list[SeenCommit]:
         with self._lock:
             return list(self._commits)
 
-    def _run(self) -> None:
+    def _work(self) -> None:
         version = 0
-        while not self._stop.wait(LOG_POLL_S):
+        while not self._stopping.wait(LOG_POLL_S):
             while True:
                 path = os.path.join(self._log_dir, f"{version:020d}.json")
                 try:

@@ -9,9 +9,10 @@ that exit mid-phase count (their CPU time up to the last sample).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from synclib.background import BackgroundThread
 
 KIB = 1024
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -101,7 +102,7 @@ def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
     return "python-driver-runner" if "python" in cmdline else "other"
 
 
-class TreeMemory:
+class TreeMemory(BackgroundThread):
     """Peak RSS and CPU time per process of the tree under the JVM (plus the Python driver)
     over a phase; `others` ({pid: role}, e.g. an embedded broker) are counted for CPU time.
 
@@ -111,6 +112,7 @@ class TreeMemory:
     """
 
     def __init__(self, jvm_pid: int, others: dict[int, str] | None = None, interval_s: float = 0.2) -> None:
+        super().__init__("tree-memory")
         self._jvm = jvm_pid
         self._driver = os.getpid()
         self._others = dict(others or {})
@@ -118,8 +120,6 @@ class TreeMemory:
         self._peaks: dict[int, ProcessPeak] = {}
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, tuple[str, float]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _tree(self) -> list[int]:
         excluded = [pid for pid, parent in _parents().items() if parent == self._driver and pid != self._jvm]
@@ -141,22 +141,18 @@ class TreeMemory:
             self._cpu_start.setdefault(pid, seconds)
             self._cpu_last[pid] = (name, seconds)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+    def _work(self) -> None:
+        while not self._stopping.wait(self._interval_s):
             self._sample()
 
     def __enter__(self) -> TreeMemory:
         for pid in self._tree():
             reset_peak(pid)
         self._sample()
-        self._thread = threading.Thread(target=self._run, name="tree-memory", daemon=True)
-        self._thread.start()
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        super().__exit__(*exc_info)
         self._sample()
 
     def peaks(self) -> list[ProcessPeak]:

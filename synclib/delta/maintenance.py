@@ -66,6 +66,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import PostCommitHookProperties
 from pyarrow import fs
 
+from synclib.background import BackgroundThread
 from synclib.delta import checkpoint, parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
 from synclib.settings.job import MaintenanceConfig
@@ -369,32 +370,24 @@ def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repor
 
 # --- the forwarder's background thread ------------------------------------------
 
-class MaintenanceThread:
+class MaintenanceThread(BackgroundThread):
     """Runs `run_pass` every `options.interval` on a daemon thread of low CPU priority (Linux
     `setpriority` on the thread); `on_pass` receives each report (progress output, metrics)."""
 
     def __init__(self, path: str, options: MaintenanceConfig,
                  on_pass: Sequence[Callable[[PassReport], None]] = (),
                  pass_function: Callable[[], PassReport] | None = None) -> None:
+        super().__init__("synclib-maintenance")
+        self.stop_timeout_s = options.time_budget + 30
         self._pass = pass_function or (lambda: run_pass(path, options))
         self._path = path
         self._options = options
         self._on_pass = list(on_pass)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="synclib-maintenance", daemon=True)
 
-    def __enter__(self) -> MaintenanceThread:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._options.time_budget + 30)
-
-    def _run(self) -> None:
+    def _work(self) -> None:
         with contextlib.suppress(AttributeError, OSError):  # Linux only: elsewhere it would be the process
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        while not self._stop.wait(self._options.interval):
+        while not self._stopping.wait(self._options.interval):
             try:
                 report = self._pass()
             except Exception:

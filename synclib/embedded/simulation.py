@@ -3,20 +3,15 @@ way of sending records after which the embedded broker reports exact high waterm
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
 
 from kafka import KafkaProducer
 
-logger = logging.getLogger(__name__)
+from synclib.background import BackgroundThread
 
 Headers = list[tuple[str, bytes]]
 Record = tuple[bytes | None, bytes, Headers]
 SEND_TIMEOUT_S = 60.0
-
-W = TypeVar("W", bound="Worker")
 
 
 class SimulationError(RuntimeError):
@@ -50,57 +45,20 @@ def send_ending_single(
     return ends
 
 
-class Worker:
-    """A daemon thread running `_work`; a failure is kept and raised by `check()`."""
+class Worker(BackgroundThread):
+    """A `BackgroundThread` running `_work`; a failure is raised by `check()`, and by `stop()` if the
+    thread does not end within `stop_timeout_s`."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
+    stop_timeout_s = 10.0
 
-    def start(self: W) -> W:
-        if self._thread is not None:
-            raise RuntimeError(f"{self.name} already started")
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self) -> bool:
         """Ask the thread to stop and wait for it; raise `SimulationError` if it does not."""
-        self._stopping.set()
-        if self._thread is not None and not self.join(timeout_s):
-            raise SimulationError(f"{self.name} did not stop within {timeout_s}s")
-
-    def join(self, timeout_s: float | None = None) -> bool:
-        """Wait for the thread to end; True if it has."""
-        if self._thread is None:
-            raise RuntimeError(f"{self.name} not started")
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
-
-    @property
-    def error(self) -> BaseException | None:
-        return self._failure
+        if not super().stop():
+            raise SimulationError(f"{self.name} did not stop within {self.stop_timeout_s}s")
+        return True
 
     def check(self) -> None:
         """Raise `SimulationError` if the thread has died."""
-        failure = self._failure
+        failure = self.failure
         if failure is not None:
             raise SimulationError(f"{self.name} died: {type(failure).__name__}: {failure}") from failure
-
-    def __enter__(self: W) -> W:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        try:
-            self._work()
-        except BaseException as exc:  # noqa: BLE001 - any death must surface to callers
-            logger.error("%s died: %r", self.name, exc)
-            self._failure = exc
-
-    def _work(self) -> None:
-        raise NotImplementedError

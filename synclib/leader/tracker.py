@@ -12,17 +12,14 @@ no progress for longer than `unreachable_timeout_s`, every later query raises
 from __future__ import annotations
 
 import abc
-import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from synclib.background import BackgroundThread
 from synclib.leader.commitlog import Commit
 from synclib.offsets import TopicPartitionKey
-
-logger = logging.getLogger(__name__)
-
 
 
 class RemoteOffsetsError(RuntimeError):
@@ -38,12 +35,15 @@ class RemoteStats:
     last_error: str | None = None
 
 
-class RemoteOffsetsTracker(abc.ABC):
-    """Thread lifecycle, the commit store and the queries; subclasses implement `_work`."""
+class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
+    """The commit store and the queries on a `BackgroundThread`; subclasses implement `_work`."""
+
+    stop_timeout_s = 10.0
 
     def __init__(self, description: str, groups: Sequence[str], unreachable_timeout_s: float | None) -> None:
         if not groups:
             raise ValueError("at least one leader group to follow is required")
+        super().__init__(description)
         self.description = description
         self.groups = tuple(groups)
         self._unreachable_timeout_s = unreachable_timeout_s
@@ -51,37 +51,14 @@ class RemoteOffsetsTracker(abc.ABC):
         self._commits: dict[str, dict[TopicPartitionKey, Commit]] = {g: {} for g in self.groups}
         self._stats = RemoteStats()
         self._caught_up = False
-        self._failure: BaseException | None = None
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._heartbeat = time.monotonic()
-
-    # -- lifecycle -------------------------------------------------------------------
-
-    def start(self) -> RemoteOffsetsTracker:
-        if self._thread is not None:
-            raise RuntimeError(f"{self.description} already started")
-        self._thread = threading.Thread(target=self._run, name=self.description, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def __enter__(self) -> RemoteOffsetsTracker:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # -- queries ---------------------------------------------------------------------
 
     def check(self) -> None:
         """Raise `RemoteOffsetsError` if the thread died or made no progress past its deadline."""
         with self._lock:
-            failure = self._failure
+            failure = self.failure
             last_error = self._stats.last_error
         if failure is not None:
             raise RemoteOffsetsError(
@@ -121,7 +98,7 @@ class RemoteOffsetsTracker(abc.ABC):
         """Wait until what the leader had committed when the thread started is known."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while not self._caught_up and self._failure is None:
+            while not self._caught_up and self.failure is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -178,11 +155,7 @@ class RemoteOffsetsTracker(abc.ABC):
             self._caught_up = True
             self._lock.notify_all()
 
-    def _run(self) -> None:
-        try:
-            self._work()
-        except BaseException as exc:  # noqa: BLE001 - any death must surface to callers
-            logger.error("%s died: %r", self.description, exc)
-            with self._lock:
-                self._failure = exc
-                self._lock.notify_all()
+    def _died(self, failure: BaseException) -> None:
+        with self._lock:
+            super()._died(failure)
+            self._lock.notify_all()

@@ -196,6 +196,6 @@ def test_a_dead_thread_surfaces_its_cause(new_topic, client, sims):
     topic = new_topic("events")
     producer = sims(EventProducer(topic, {**client, "max_request_size": 1000}, rate=1000, event_bytes=5000))
     assert producer.join(30)
-    assert producer.error is not None
+    assert producer.failure is not None
     with pytest.raises(SimulationError, match="MessageSizeTooLarge"):
         producer.check()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "synclib"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("synclib", "synclib.offsets", "synclib.compat"),  # pure types; private APIs of dependencies
+    ("synclib", "synclib.offsets", "synclib.compat"),  # pure types, background threads; private APIs of dependencies
     ("synclib.kafka",),
     ("synclib.settings",),
     ("synclib.leader",),
