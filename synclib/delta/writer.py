@@ -5,7 +5,7 @@ checkpoint's query id, see `synclib.delta.checkpoint`) and commit metadata `sync
 batch's end offsets read from Spark's offset log. A batch whose transaction version is
 already in the table is skipped: that is the replay after a crash between the Delta
 commit and Spark's checkpoint commit. The table alone therefore says what it holds, and a
-job with a new checkpoint resumes from `read_table_offsets`.
+job with a new checkpoint resumes from `synclib.delta.table.read_table_offsets`.
 
 Two writers, chosen by `engine`:
 
@@ -39,27 +39,24 @@ from synclib import __version__
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
 from synclib.delta import checkpoint, parquet
-from synclib.delta.table import (  # noqa: F401
+from synclib.delta.table import (
     DATE_COLUMN,
     META_APP_ID,
     META_BATCH_ID,
     META_OFFSETS,
     META_VERSION,
-    TableSummary,
     current_table,
     latest_metadata,
     open_table,
     parse_offsets,
-    read_table_offsets,
-    table_summary,
 )
 from synclib.settings.values import Engine, parse_bool
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "synclib_delta"
-AUTO, DELTA_RS, DELTA_SPARK = "auto", "delta-rs", "delta-spark"
-ENGINES: tuple[str, ...] = get_args(Engine)  # sink.engine
+ENGINES: tuple[Engine, ...] = get_args(Engine)  # sink.engine
+AUTO, DELTA_RS, DELTA_SPARK = ENGINES
 
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
 

@@ -72,12 +72,9 @@ class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
                 f"(limit {self._unreachable_timeout_s:.0f}s); last error: {last_error}"
             )
 
-    def remote_offset(self, topic: str, partition: int) -> int | None:
-        """Minimum committed offset over the followed groups; None while any has not reported."""
-        return self.remote_offsets([(topic, partition)])[(topic, partition)]
-
     def remote_offsets(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
-        """`remote_offset` for many partitions under one lock."""
+        """Per partition, the minimum committed offset over the followed groups; None while any group
+        has not reported it."""
         self.check()
         with self._lock:
             return {tp: self._min_over_groups(tp) for tp in partitions}

@@ -67,20 +67,10 @@ class SynchronizedPartitionStateManager:
         self._offsets: dict[TopicPartitionKey, Offsets] = {}
         self._lock = threading.Lock()
 
-    def get_offsets(self, topic: str, partition: int) -> Offsets:
-        with self._lock:
-            return self._offsets.get((topic, partition), Offsets(None, None))
-
-    def get_state(self, topic: str, partition: int) -> SynchronizedPartitionState:
-        return get_state_from_offsets(self.get_offsets(topic, partition))
-
     def snapshot(self) -> dict[TopicPartitionKey, Offsets]:
         """A copy of every tracked partition's offsets."""
         with self._lock:
             return dict(self._offsets)
-
-    def get_state_from_offsets(self, offsets: Offsets) -> SynchronizedPartitionState:
-        return get_state_from_offsets(offsets)
 
     def set_local_offset(self, topic: str, partition: int, offset: int | None) -> None:
         self._update(topic, partition, "local", offset)

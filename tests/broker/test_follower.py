@@ -16,6 +16,11 @@ def follower_failure(follower: CommitLogFollower):
     return None
 
 
+def remote(follower: CommitLogFollower, partition: int = 0):
+    """The follower's remote offset of partition `partition` of topic "events"."""
+    return follower.remote_offsets([("events", partition)])[("events", partition)]
+
+
 @pytest.fixture
 def follow(bootstrap_servers):
     followers = []
@@ -38,11 +43,11 @@ def test_min_over_two_groups_unknown_until_both_report(new_topic, producer, foll
     assert follower.wait_until_caught_up(30)
     publish_commit(producer, log, "snuba", "events", 0, 10)
     wait_until(lambda: follower.stats().applied == 1, what="first commit applied")
-    assert follower.remote_offset("events", 0) is None
+    assert remote(follower) is None
     publish_commit(producer, log, "search", "events", 0, 7)
-    assert wait_until(lambda: follower.remote_offset("events", 0), what="both groups") == 7
+    assert wait_until(lambda: remote(follower), what="both groups") == 7
     publish_commit(producer, log, "search", "events", 0, 15)
-    assert wait_until(lambda: follower.remote_offset("events", 0) == 10, what="min moves to snuba")
+    assert wait_until(lambda: remote(follower) == 10, what="min moves to snuba")
     assert follower.remote_offsets([("events", 0), ("events", 1)]) == {("events", 0): 10, ("events", 1): None}
 
 
@@ -52,7 +57,7 @@ def test_reads_existing_history_from_earliest(new_topic, producer, follow):
         publish_commit(producer, log, "g", "events", 2, offset)
     follower = follow(log, ["g"])
     assert follower.wait_until_caught_up(30)
-    assert follower.remote_offset("events", 2) == 12
+    assert remote(follower, 2) == 12
     assert follower.stats().applied == 3
 
 
@@ -60,9 +65,9 @@ def test_last_write_wins_when_a_group_goes_backwards(new_topic, producer, follow
     log = new_topic("commit-log")
     follower = follow(log, ["g"])
     publish_commit(producer, log, "g", "events", 0, 50)
-    wait_until(lambda: follower.remote_offset("events", 0) == 50, what="offset 50")
+    wait_until(lambda: remote(follower) == 50, what="offset 50")
     publish_commit(producer, log, "g", "events", 0, 20)
-    wait_until(lambda: follower.remote_offset("events", 0) == 20, what="reset to 20")
+    wait_until(lambda: remote(follower) == 20, what="reset to 20")
 
 
 def test_unfollowed_groups_are_ignored(new_topic, producer, follow):
@@ -70,7 +75,7 @@ def test_unfollowed_groups_are_ignored(new_topic, producer, follow):
     follower = follow(log, ["g"])
     publish_commit(producer, log, "other", "events", 0, 99)
     publish_commit(producer, log, "g", "events", 0, 4)
-    wait_until(lambda: follower.remote_offset("events", 0) == 4, what="g's commit")
+    wait_until(lambda: remote(follower) == 4, what="g's commit")
     assert follower.stats().skipped_unfollowed_group == 1
 
 
@@ -83,7 +88,7 @@ def test_malformed_messages_are_skipped_and_counted(new_topic, producer, follow)
     publish_raw(producer, log, b"events:0:g", b'{"offset": -1}')
     publish_raw(producer, log, b"events:0:g", b"")
     publish_commit(producer, log, "g", "events", 0, 11)
-    wait_until(lambda: follower.remote_offset("events", 0) == 11, what="good commit after malformed ones")
+    wait_until(lambda: remote(follower) == 11, what="good commit after malformed ones")
     stats = follower.stats()
     assert stats.skipped_malformed == 4
     assert stats.applied == 2
@@ -98,7 +103,7 @@ def test_topic_created_after_start_is_followed(admin, producer, follow):
     assert follower.wait_until_caught_up(30)
     admin.create(log, 1)
     publish_commit(producer, log, "g", "events", 0, 3)
-    wait_until(lambda: follower.remote_offset("events", 0) == 3, what="commit on a topic created late")
+    wait_until(lambda: remote(follower) == 3, what="commit on a topic created late")
 
 
 def test_thread_failure_surfaces_with_its_cause(new_topic, producer, follow):
@@ -115,14 +120,14 @@ def test_thread_failure_surfaces_with_its_cause(new_topic, producer, follow):
     assert "listener exploded on offset 42" in str(error)
     assert isinstance(error.__cause__, RuntimeError)
     with pytest.raises(RemoteOffsetsError, match="listener exploded"):
-        follower.remote_offset("events", 0)
+        remote(follower)
 
 
 def test_deleted_commit_log_topic_kills_the_follower_with_a_clear_error(new_topic, admin, producer, follow):
     log = new_topic("commit-log")
     follower = follow(log, ["g"])
     publish_commit(producer, log, "g", "events", 0, 1)
-    wait_until(lambda: follower.remote_offset("events", 0) == 1, what="first commit")
+    wait_until(lambda: remote(follower) == 1, what="first commit")
     admin.delete([log])
 
 

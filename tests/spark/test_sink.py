@@ -34,20 +34,17 @@ from pyspark.sql.types import (
 )
 
 from synclib.delta import checkpoint
-from synclib.delta.table import synclib_metadata
+from synclib.delta.table import TableSummary, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     DELTA_RS,
     DELTA_SPARK,
     AddedFiles,
     DeltaStreamWriter,
-    TableSummary,
     arrow_schema,
     commit_metadata,
     delta_spark_available,
-    read_table_offsets,
     resolve_engine,
     start_delta_stream,
-    table_summary,
 )
 
 TOPIC = "events"

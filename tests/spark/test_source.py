@@ -396,7 +396,8 @@ def test_published_commit_log_can_be_followed(world, new_topic):
     world.commit(0, 7)
     world.wait_released(offsets(0, 0, 7))
     with CommitLogFollower(own_log, ["forwarder"], {"bootstrap_servers": [world.bootstrap]}) as follower:
-        wait_until(lambda: follower.remote_offset(world.events, 0) == 7, what="our own published commit")
+        wait_until(lambda: follower.remote_offsets([(world.events, 0)]) == {(world.events, 0): 7},
+                   what="our own published commit")
 
 
 @mock_cluster.NO_GROUP_OFFSET_LISTING

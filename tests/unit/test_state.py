@@ -28,7 +28,6 @@ from synclib.source.state import (
 )
 def test_get_state_from_offsets(offsets, state):
     assert get_state_from_offsets(offsets) is state
-    assert SynchronizedPartitionStateManager().get_state_from_offsets(offsets) is state
 
 
 def recording_manager():
@@ -37,11 +36,15 @@ def recording_manager():
     return manager, calls
 
 
+def states(manager):
+    return {tp: get_state_from_offsets(offsets) for tp, offsets in manager.snapshot().items()}
+
+
 def test_local_alone_stays_unknown_without_callback():
     manager, calls = recording_manager()
     manager.set_local_offset("t", 0, 5)
-    assert manager.get_state("t", 0) is UNKNOWN
-    assert manager.get_offsets("t", 0) == Offsets(5, None)
+    assert states(manager) == {("t", 0): UNKNOWN}
+    assert manager.snapshot() == {("t", 0): Offsets(5, None)}
     assert calls == []
 
 
@@ -68,8 +71,7 @@ def test_remote_ahead_is_local_behind_and_local_ahead_is_remote_behind():
     manager.set_local_offset("t", 1, 4)
     manager.set_remote_offset("t", 2, 3)
     manager.set_local_offset("t", 2, 4)
-    assert manager.get_state("t", 1) is LOCAL_BEHIND
-    assert manager.get_state("t", 2) is REMOTE_BEHIND
+    assert states(manager) == {("t", 1): LOCAL_BEHIND, ("t", 2): REMOTE_BEHIND}
     assert [(c[0], c[1], c[3][0]) for c in calls] == [("t", 1, LOCAL_BEHIND), ("t", 2, REMOTE_BEHIND)]
 
 
@@ -78,8 +80,7 @@ def test_partitions_are_independent():
     manager.set_local_offset("a", 0, 1)
     manager.set_remote_offset("a", 0, 1)
     manager.set_local_offset("b", 0, 1)
-    assert manager.get_state("a", 0) is SYNCHRONIZED
-    assert manager.get_state("b", 0) is UNKNOWN
+    assert states(manager) == {("a", 0): SYNCHRONIZED, ("b", 0): UNKNOWN}
     assert manager.snapshot() == {("a", 0): Offsets(1, 1), ("b", 0): Offsets(1, None)}
 
 
@@ -89,13 +90,13 @@ def test_back_to_none_raises(setter):
     getattr(manager, setter)("t", 0, 3)
     with pytest.raises(InvalidStateTransition, match=r"t\[0\].*3.*None"):
         getattr(manager, setter)("t", 0, None)
-    assert manager.get_offsets("t", 0) != Offsets(None, None)
+    assert manager.snapshot()[("t", 0)] != Offsets(None, None)
 
 
 def test_none_to_none_is_a_no_op():
     manager, calls = recording_manager()
     manager.set_remote_offset("t", 0, None)
-    assert manager.get_offsets("t", 0) == Offsets(None, None)
+    assert manager.snapshot() == {}
     assert calls == []
 
 
@@ -105,4 +106,4 @@ def test_backwards_move_is_logged(caplog):
     with caplog.at_level(logging.INFO, logger="synclib.source.state"):
         manager.set_remote_offset("t", 0, 4)
     assert "remote offset moved backwards from 10 to 4" in caplog.text
-    assert manager.get_offsets("t", 0) == Offsets(None, 4)
+    assert manager.snapshot()[("t", 0)] == Offsets(None, 4)
