@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
-from benchmarks.phases import DeltaLogWatcher
+from benchmarks.phases import DeltaLogWatcher, stop_between_batches
 from benchmarks.procmem import TreeMemory
 from synclib.delta.table import DATE_COLUMN
 
@@ -68,13 +68,6 @@ def _wait_progress(query: Any, done: Any, what: str, timeout_s: float = WAIT_TIM
         time.sleep(0.02)
 
 
-def _stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    query.stop()
-
-
 class SparkKafkaPeer:
     """Spark's Kafka source into Delta, on one cluster; one table and checkpoint per phase."""
 
@@ -99,7 +92,7 @@ class SparkKafkaPeer:
             with DeltaLogWatcher(os.path.join(self.workdir, name, "table")) as watcher:
                 yield query, watcher
         finally:
-            _stop_between_batches(query)
+            stop_between_batches(query)
 
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
         from synclib.delta.writer import DELTA_SPARK, start_delta_stream, utc_date  # the writer imports pyspark
@@ -133,14 +126,14 @@ class SparkKafkaPeer:
             warm_progress = _wait_progress(warm_query, lambda p: p["batchId"] == 0 and p["numInputRows"] > 0,
                                            f"{name}: the warm-up batch")
         finally:
-            _stop_between_batches(warm_query)
+            stop_between_batches(warm_query)
         warm_rows = sum(p["numInputRows"] for p in warm_progress)
         with TreeMemory(self.jvm_pid, self.others) as usage:
             query = self._start(topic, engine, name, self.trigger, None)
             try:
                 progress = _wait_progress(query, lambda p: reaches(p, topic, ends), f"{name}: the backlog")
             finally:
-                _stop_between_batches(query)
+                stop_between_batches(query)
         timed = [p for p in progress if p["numInputRows"] > 0]
         rows = sum(p["numInputRows"] for p in timed)
         if rows + warm_rows != sum(ends.values()):

@@ -120,7 +120,7 @@ class DeltaLogWatcher(BackgroundThread):
 
 # --- the forwarder -------------------------------------------------------------------------
 
-def _stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
+def stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
     """Stop the query when no batch is running, so no write is aborted mid-way."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
@@ -167,7 +167,7 @@ class Bench:
             with DeltaLogWatcher(config.sink.path) as watcher:
                 yield query, watcher
         finally:
-            _stop_between_batches(query)
+            stop_between_batches(query)
 
     def throughput(self, topic: str, ends: PartitionEnds, name: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Forwarder rows/s on a committed backlog, after a warm-up slice; peak RSS meanwhile."""

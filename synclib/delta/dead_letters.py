@@ -62,6 +62,7 @@ from synclib.delta.writer import (
     check_table_layout,
     fit_delta_to_local_master,
     resolve_engine,
+    stream_writer,
     utc_date,
 )
 
@@ -403,11 +404,7 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
         check_table_layout(main_path, schema, columns)
         check_table_layout(dead_path, SCHEMA, ())
         spark.dataSource.register(DeltaBatchSink)
-    writer = raw.writeStream.option("checkpointLocation", location)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger:
-        writer = writer.trigger(**trigger)
+    writer = stream_writer(raw, location, trigger, query_name)
     logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", main_path, chosen,
                 columns or "nothing", dead_path, location)
     return writer.foreachBatch(batches).start(), batches

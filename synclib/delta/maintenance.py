@@ -46,6 +46,7 @@ budget; `python -m synclib maintain` runs one pass.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -117,26 +118,35 @@ class PassReport:
                 f"({self.seconds:.1f}s)")
 
 
-def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
-    """One maintenance pass over the Delta table at `path` (compaction, vacuum, checkpoint,
-    log cleanup); a compaction that loses a conflict is noted in the report and logged, and
-    retried by the next pass."""
+def timed_pass(path: str, now: float | None, work: Callable[[DeltaTable, float, PassReport], None]) -> PassReport:
+    """`work(table, now, report)` on the Delta table at `path` (an empty report when there is none),
+    timed and its report logged; `now` defaults to the current time."""
     started = time.monotonic()
     report = PassReport()
     table = open_table(path)
     if table is None:
         return report
-    now = time.time() if now is None else now
-    compact(table, options, now, report, deadline=started + options.time_budget)
+    work(table, time.time() if now is None else now, report)
+    report.seconds = time.monotonic() - started
+    logger.info("%s", report.summary())
+    return report
+
+
+def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
+    """One maintenance pass over the Delta table at `path` (compaction, vacuum, checkpoint,
+    log cleanup); a compaction that loses a conflict is noted in the report and logged, and
+    retried by the next pass."""
+    return timed_pass(path, now, functools.partial(_pass, options, time.monotonic() + options.time_budget))
+
+
+def _pass(options: MaintenanceConfig, deadline: float, table: DeltaTable, now: float, report: PassReport) -> None:
+    compact(table, options, now, report, deadline=deadline)
     _vacuum(table, options, report)
     _checkpoint(table, options, report)
     if options.log_cleanup:
         cleanup_log(table, options, now, report)
     report.version = table.version()
     report.live_files = len(table.file_uris())
-    report.seconds = time.monotonic() - started
-    logger.info("%s", report.summary())
-    return report
 
 
 # --- which partitions are due ----------------------------------------------------------------

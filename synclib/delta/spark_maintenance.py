@@ -28,14 +28,15 @@ session, so the history holds Delta's own `OPTIMIZE` and `VACUUM START`/`VACUUM 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import time
 from typing import Any
 
+from deltalake import DeltaTable
+
 from synclib.delta import checkpoint
-from synclib.delta.maintenance import Partition, PassReport, cleanup_log, due_partitions
-from synclib.delta.table import open_table
+from synclib.delta.maintenance import Partition, PassReport, cleanup_log, due_partitions, timed_pass
 from synclib.settings.job import MaintenanceConfig
 
 logger = logging.getLogger(__name__)
@@ -83,12 +84,11 @@ def _fit_delta_to_local_master(spark: Any) -> None:
 
 def run_pass(spark: Any, path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
     """One pass over the Delta table at `path` with Delta's commands in `spark` (see the module)."""
-    started = time.monotonic()
-    report = PassReport()
-    rs_table = open_table(path)
-    if rs_table is None:
-        return report
-    now = time.time() if now is None else now
+    return timed_pass(path, now, functools.partial(_pass, spark, path, options))
+
+
+def _pass(spark: Any, path: str, options: MaintenanceConfig, rs_table: DeltaTable, now: float,
+          report: PassReport) -> None:
     _fit_delta_to_local_master(spark)
     table = f"delta.`{checkpoint.normalize_location(path)}`"
     _set_properties(spark, table, options)
@@ -114,6 +114,3 @@ def run_pass(spark: Any, path: str, options: MaintenanceConfig, now: float | Non
     detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
     report.live_files = int(detail["numFiles"])
     report.version = int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"])
-    report.seconds = time.monotonic() - started
-    logger.info("%s", report.summary())
-    return report

@@ -33,6 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
 from synclib import __version__
@@ -265,6 +266,17 @@ def utc_date(timestamp: Column) -> Column:
     return F.date_from_unix_date(F.floor(F.unix_seconds(timestamp) / 86_400).cast("int"))
 
 
+def stream_writer(df: DataFrame, checkpoint_location: str, trigger: Mapping[str, Any] | None,
+                  query_name: str | None) -> DataStreamWriter:
+    """`df.writeStream` with its checkpoint location, and the trigger and query name when given."""
+    writer = df.writeStream.option("checkpointLocation", checkpoint_location)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer
+
+
 def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
                        engine: str = AUTO, partition_by: Sequence[str] = (),
                        partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
@@ -288,11 +300,7 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
     spark = df.sparkSession
     chosen = resolve_engine(spark, engine)
     location = checkpoint.normalize_location(checkpoint_location)
-    writer = df.writeStream.option("checkpointLocation", location)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger:
-        writer = writer.trigger(**trigger)
+    writer = stream_writer(df, location, trigger, query_name)
     logger.info("writing %s with %s (partitioned by %s), checkpoint %s", path, chosen,
                 partition_by or "nothing", location)
     table_path = checkpoint.normalize_location(path)

@@ -147,12 +147,19 @@ def test_legacy_format_decodes_with_timestamp_header(new_topic, client, sims):
     assert before - 1 <= commit.orig_message_ts <= time.time()
 
 
-def test_paused_leader_stops_committing_until_resumed(new_topic, client, sims):
+def paused_leader(new_topic, client, sims, total):
+    """A leader on a new two-partition topic, caught up with `total` produced events, then paused;
+    returns it, the topic, the commit-log topic and the produced end offsets."""
     topic, log = new_topic("events", partitions=2), new_topic("commit-log")
     leader = sims(SimulatedLeader(topic, log, client, lag=0, commit_interval=0.05))
-    first = produce(sims, client, topic, 20)
-    wait_until(lambda: leader.committed() == first, what="first commits")
+    produced = produce(sims, client, topic, total)
+    wait_until(lambda: leader.committed() == produced, what="leader caught up")
     leader.pause()
+    return leader, topic, log, produced
+
+
+def test_paused_leader_stops_committing_until_resumed(new_topic, client, sims):
+    leader, topic, _, first = paused_leader(new_topic, client, sims, 20)
     published = leader.stats().published
     second = produce(sims, client, topic, 20)
     wait_until(lambda: leader.stats().consumed == 40, what="paused leader still consumes")
@@ -165,11 +172,7 @@ def test_paused_leader_stops_committing_until_resumed(new_topic, client, sims):
 
 
 def test_commit_to_resets_a_partition_and_the_leader_consumes_again(new_topic, client, sims):
-    topic, log = new_topic("events", partitions=2), new_topic("commit-log")
-    leader = sims(SimulatedLeader(topic, log, client, lag=0, commit_interval=0.05))
-    produced = produce(sims, client, topic, 40)
-    wait_until(lambda: leader.committed() == produced, what="caught up")
-    leader.pause()
+    leader, topic, log, produced = paused_leader(new_topic, client, sims, 40)
     leader.commit_to(0, 5)
     assert leader.committed() == {0: 5, 1: 20}
     assert group_committed(client, topic, 0) == 5

@@ -107,17 +107,25 @@ def assert_exactly_once(spark: Any, files: Files) -> None:
         spark.createDataFrame(poison_rows(), "partition int, offset long, error_class string"), ignore_row_order=True)
 
 
-@pytest.mark.slow
-def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in_every_window(
-        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
-    events, log = new_topic("dl-events", 2), new_topic("dl-log")
+def poisoned_job(producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path, name: str,
+                 **sections: Any) -> tuple[str, Path]:
+    """Poisoned events on a new two-partition topic, all committed by the leader group, and the
+    config of a job forwarding them through the poison transform; the topic and the config."""
+    events, log = new_topic(f"{name}-events", 2), new_topic(f"{name}-log")
     produce_poisoned(producer, events)
     for partition in (0, 1):
         publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
-    config = write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
+    return events, write_config(tmp_path / "job.yaml", job_config(
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events", **sections))
+
+
+@pytest.mark.slow
+def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in_every_window(
+        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+    events, config = poisoned_job(
+        producer, bootstrap_servers, new_topic, tmp_path, "dl",
         source={"max_offsets_per_trigger": 4},  # 12 batches, 5 with a poison event
-        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}}))
+        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}})
     files = Files(tmp_path, events)
     killed = []
     for number, (target, want) in enumerate([(READING, lambda batch: True),
@@ -140,13 +148,9 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
 @pytest.mark.slow
 def test_too_many_failures_in_a_batch_stop_the_job_naming_its_offsets(
         producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
-    events, log = new_topic("dl-limit-events", 2), new_topic("dl-limit-log")
-    produce_poisoned(producer, events)
-    for partition in (0, 1):
-        publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
-    config = write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
-        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN, "max_fraction": 0.05}}))
+    events, config = poisoned_job(
+        producer, bootstrap_servers, new_topic, tmp_path, "dl-limit",
+        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN, "max_fraction": 0.05}})
     job = JobRun(config, tmp_path, "run", ["--available-now"])
     assert job.wait(JOB_TIMEOUT_S) == 1, job.tail()
     output = job.output()
