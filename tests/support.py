@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from confluent_kafka import Producer
 
+from benchmarks.job_world import wait_for
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.subscription import Subscription
 from synclib.leader.commitlog import Commit, encode_commit
@@ -21,15 +22,9 @@ Record = tuple[bytes | None, bytes | None]
 def wait_until(
     condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.05
 ) -> T:
-    """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {result!r}")
-        time.sleep(interval_s)
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline
+    (`benchmarks.job_world.wait_for` without a job)."""
+    return wait_for(condition, timeout_s, what, interval_s=interval_s)
 
 
 def produce(

@@ -19,17 +19,11 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
+from benchmarks.job_files import delta_batches
+from benchmarks.job_world import JobRun, job_config, wait_for, write_config
+from benchmarks.poison import ERROR_COLUMN
 from synclib.delta import checkpoint
-from tests.job_files import delta_batches
-from tests.job_world import JobRun, job_config, wait_for, write_config
-from tests.poison import (
-    ERROR_COLUMN,
-    EVENTS_PER_PARTITION,
-    POISON,
-    good_rows,
-    poison_rows,
-    produce_poisoned,
-)
+from tests.poison import EVENTS_PER_PARTITION, POISON, good_rows, poison_rows, produce_poisoned
 from tests.support import publish_commit
 
 JOB_TIMEOUT_S = 600.0
@@ -115,7 +109,7 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
     for partition in (0, 1):
         publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
     config = write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="benchmarks.poison:parse_events",
         source={"max_offsets_per_trigger": 4},  # 12 batches, 5 with a poison event
         sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}}))
     files = Files(tmp_path, events)
@@ -145,7 +139,7 @@ def test_too_many_failures_in_a_batch_stop_the_job_naming_its_offsets(
     for partition in (0, 1):
         publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
     config = write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events",
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="benchmarks.poison:parse_events",
         sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN, "max_fraction": 0.05}}))
     job = JobRun(config, tmp_path, "run", ["--available-now"])
     assert job.wait(JOB_TIMEOUT_S) == 1, job.tail()

@@ -31,6 +31,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
+from benchmarks.job_files import MAINTENANCE
 from benchmarks.soak import soak
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
@@ -43,7 +44,6 @@ from synclib.delta.writer import (
     fit_delta_to_local_master,
 )
 from synclib.settings.job import MaintenanceConfig
-from tests.job_files import MAINTENANCE
 
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
 ROWS = 10  # per batch

@@ -115,6 +115,15 @@ def test_no_module_imports_a_higher_layer_a_sibling_spark_or_dev_tooling() -> No
     assert not problems, "\n".join(problems)
 
 
+def test_benchmarks_never_import_the_tests() -> None:
+    """Dev tooling has its order too: tests import benchmarks, benchmarks import synclib only."""
+    found = [f"{i.module} (line {i.line}) imports {i.target}" for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+             for i in imports(module_name(path), path.read_text(encoding="utf-8"), path.name == "__init__.py")
+             if i.target.split(".")[0] == "tests"]
+
+    assert found == []
+
+
 @pytest.mark.parametrize(("module", "source", "problem"), [
     ("synclib.leader.publisher", "from synclib.source import options",
      "synclib.leader.publisher (line 1) imports synclib.source.options: layer 3 (synclib.leader) may not import "
