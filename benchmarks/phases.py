@@ -1,4 +1,4 @@
-"""The forwarder phases: the job's own `Forwarder` (`synclib.app.job`) on a backlog the leader's
+"""The forwarder phases: the job's own `Forwarder` (`synclib.app.forwarder`) on a backlog the leader's
 commit log releases (throughput, peak memory) and on a live topic (gate latency), timed by
 watching the Delta table's log."""
 
@@ -166,11 +166,11 @@ class Bench:
         """The job's forwarder on `topic`; `extra`: more config overrides (sink.engine, trigger)."""
         from pyspark.sql import SparkSession
 
-        from synclib.app.job import Forwarder
+        from synclib.app.forwarder import Forwarder
 
         config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
-        query = Forwarder(config, None)._start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
+        query = Forwarder(config, None).start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
         try:
             with DeltaLogWatcher(config.sink.path) as watcher:
                 yield query, watcher
