@@ -27,6 +27,7 @@ from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, sta
 from synclib.delta.table import table_summary
 from synclib.delta.writer import DELTA_SPARK, resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
+from synclib.offsets import parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.status import PlannerStatus
@@ -232,16 +233,15 @@ def failed_batch(exc: BaseException) -> str | None:
         return None
     try:
         start, end = (text[1:-1] for text in offsets)
-        first = {} if start == "-" else json.loads(start)
-        last = json.loads(end)
-    except Exception:  # noqa: BLE001 - any other shape: nothing to add to the error
+        first = {} if start == "-" else parse_offsets_json(start)
+        last = parse_offsets_json(end)
+    except ValueError:  # any other shape (several sources, not Kafka's): nothing to add to the error
         return None
     ranges = []
-    for topic, partitions in sorted(last.items()):
-        for partition, stop in sorted(partitions.items(), key=lambda item: int(item[0])):
-            begin = first.get(topic, {}).get(partition)
-            if begin is None:
-                ranges.append(f"{topic}[{partition}] offsets below {stop}")
-            elif begin != stop:
-                ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
+    for (topic, partition), stop in sorted(last.items()):
+        begin = first.get((topic, partition))
+        if begin is None:
+            ranges.append(f"{topic}[{partition}] offsets below {stop}")
+        elif begin != stop:
+            ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
     return ", ".join(ranges) or None

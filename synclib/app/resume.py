@@ -7,6 +7,7 @@ import json
 import logging
 
 from synclib.delta import checkpoint, table
+from synclib.offsets import to_offsets_json
 from synclib.settings import ForwarderConfig
 
 logger = logging.getLogger("synclib.forwarder")
@@ -21,5 +22,6 @@ def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
     recorded = table.read_table_offsets(config.sink.path)
     if not recorded:
         return None
-    logger.info("new checkpoint on an existing table: resuming from the table's offsets %s", json.dumps(recorded))
-    return json.dumps(recorded)
+    starting = json.dumps(to_offsets_json(recorded))
+    logger.info("new checkpoint on an existing table: resuming from the table's offsets %s", starting)
+    return starting
