@@ -22,7 +22,7 @@ one backlog of `--messages` records per partition:
 Then once: the micro-batch floor per trigger of `--floor-triggers` (benchmarks/floor.py:
 one-row batches and idle triggers, Spark's `durationMs`), and the forwarder phase on a backlog
 of `--memory-messages` per partition (N) and on one `--memory-scale` times larger: peak RSS
-per process role at 10N against N. The forwarder is the job's own (`synclib.app.job.Forwarder`)
+per process role at 10N against N. The forwarder is the job's own (`synclib.app.forwarder.Forwarder`)
 with the given config (default conf/local.yaml), trigger and batch sizing included.
 """
 

@@ -17,12 +17,11 @@ from kafka.structs import OffsetAndMetadata
 from benchmarks.job_world import delta_spark_options
 from synclib.delta.table import read_table_offsets
 from synclib.kafka.admin import group_offsets
+from synclib.offsets import TopicPartitionKey
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "jobs" / "forwarder.py"
 RUN_TIMEOUT_S = 600.0
-
-TopicPartitionKey = tuple[str, int]
 
 
 def _env() -> dict[str, str]:
@@ -75,8 +74,7 @@ def write_config(directory: Path, name: str, bootstrap: str, source: Mapping[str
 
 def table_offsets(path: str) -> dict[TopicPartitionKey, int]:
     """The Kafka offsets recorded in the Delta table's latest synclib commit."""
-    recorded = read_table_offsets(path) or {}
-    return {(topic, int(p)): offset for topic, per in recorded.items() for p, offset in per.items()}
+    return read_table_offsets(path) or {}
 
 
 def committed_offsets(bootstrap: str, group: str) -> dict[TopicPartitionKey, int]:

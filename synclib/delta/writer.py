@@ -54,6 +54,7 @@ from synclib.delta.table import (  # noqa: F401
     table_summary,
 )
 from synclib.kafka.client_config import parse_bool
+from synclib.offsets import parse_offsets_json
 from synclib.settings.values import Engine
 
 logger = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
 def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:
     if metadata is None:
         return False
-    return (json.loads(offsets) if offsets else None) == parse_offsets(metadata)
+    return (parse_offsets_json(offsets) if offsets else None) == parse_offsets(metadata)
 
 
 def _columns(schema: Schema) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any
 
@@ -207,8 +206,9 @@ class ForwarderConfig(Section):
             raise SettingError("embedded", f"only used when {{0}} is {EMBEDDED!r}; "
                                            "remove the section (or --set embedded=null)", "kafka.bootstrap_servers")
         source = self.source
-        if source.starting_offsets.startswith("{") and source.topics:
-            for topic in json.loads(source.starting_offsets):
+        starting = source.starting
+        if isinstance(starting, dict) and source.topics:
+            for topic in sorted({topic for topic, _ in starting}):
                 if topic not in source.topics:
                     raise SettingError("source.starting_offsets", f"topic {topic!r} is not subscribed")
         return self

@@ -143,7 +143,7 @@ class SourceConfig(Section):
     def starting(self) -> StartingMode | PartitionOffsets:
         """`startingOffsets` as a mode or as offsets per partition."""
         mode = _STARTING_MODES.get(self.starting_offsets)
-        return mode if mode is not None else parse_offsets_json(json.loads(self.starting_offsets))
+        return mode if mode is not None else parse_offsets_json(self.starting_offsets)
 
     def spark_options(self) -> dict[str, str]:
         """These settings as options of the `synchronized_kafka` reader (all values strings)."""

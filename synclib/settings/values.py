@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, NamedTuple, get_args
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, SecretStr, ValidationInfo
 
 from synclib.kafka.client_config import parse_bool
+from synclib.offsets import parse_offsets_json, to_offsets_json
 from synclib.settings.model import Invalid
 
 # Validation context of Spark reader options (`model_validate(..., context=SPARK)`).
@@ -225,15 +226,14 @@ def _starting_offsets(raw: Any) -> str:
         return raw.strip().lower()
     expected = f"{', '.join(repr(m) for m in modes)} or offsets JSON such as {{\"events\": {{\"0\": 23}}}}"
     value = _json_object(raw, expected)
-    offsets: dict[str, dict[str, int]] = {}
     for topic, partitions in value.items():
         if not (is_topic(topic) and isinstance(partitions, dict) and partitions):
             raise Invalid(expected, f"topic {topic!r} needs a mapping of partition to offset")
-        for partition, offset in partitions.items():
-            if not (re.fullmatch(r"[0-9]+", str(partition)) and _is_int(offset) and offset >= -2):
-                raise Invalid(expected, f"{topic!r} partition {partition!r}: offset must be an integer >= -2")
-        offsets[topic] = {str(p): o for p, o in partitions.items()}
-    return json.dumps(offsets, separators=(",", ":"))
+    try:
+        offsets = parse_offsets_json(value)
+    except ValueError as exc:
+        raise Invalid(expected, str(exc)) from None
+    return json.dumps(to_offsets_json(offsets), separators=(",", ":"))
 
 
 def _json_object(raw: Any, expected: str) -> dict[str, Any]:

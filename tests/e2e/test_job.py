@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from synclib.app.job import start_embedded_afresh
+from synclib.app.embedded_locations import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer

@@ -33,7 +33,8 @@ SPARK = ("pyspark", "py4j")
 SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
-    "synclib.source.datasource", "synclib.delta.writer", "synclib.app.job",
+    "synclib.source.datasource", "synclib.delta.writer",
+    "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
