@@ -6,8 +6,8 @@
 #   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
-# Forwarder options (--config, --set, --available-now, --healthcheck-file) may come before or after the
-# spark-submit options; everything after JOB.py goes to the job.
+# spark-submit's own options go to spark-submit; any other argument (before or after them) and
+# everything after JOB.py go to the job, which checks its options itself (`jobs/forwarder.py --help`).
 # On first use it creates .venv (or $SYNCLIB_VENV) with synclib and its dependencies;
 # later runs reuse it and reinstall only when pyproject.toml changes.
 # Ctrl-C or SIGTERM: the forwarder stops after the batch in flight, prints its summary and
@@ -81,32 +81,39 @@ case "${1:-}" in
     "$VENV/bin/ruff" check . || exit 1; exec "$VENV/bin/mypy" ;;
 esac
 
-# Split: spark-submit options, the job file, the job's options.
+# Split: spark-submit's own options (as `spark-submit --help` lists them) go to spark-submit;
+# the job file (the first *.py) and every other argument go to the job, whose argparse owns them.
+spark_switches=" --help -h --verbose -v --version --supervise --load-spark-defaults "
+spark_valued=" --master --deploy-mode --class --name --jars --packages --exclude-packages --repositories "
+spark_valued+="--py-files --files --archives --conf -c --properties-file --driver-memory --driver-java-options "
+spark_valued+="--driver-library-path --driver-class-path --executor-memory --proxy-user --remote --driver-cores "
+spark_valued+="--kill --status --total-executor-cores --executor-cores --num-executors --principal --keytab --queue "
 spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""; jars=""
 while [ $# -gt 0 ]; do
-  case "$1" in
-    *.py) job="$1"; shift; break ;;
-    --config|--set|--healthcheck-file) [ $# -ge 2 ] || die "option $1 needs a value"; job_args+=("$1" "$2"); shift 2 ;;
-    --config=*|--set=*|--healthcheck-file=*|--available-now) job_args+=("$1"); shift ;;
-    --py-files) [ $# -ge 2 ] || die "option $1 needs a value"; py_files=",$2"; shift 2 ;;
-    --py-files=*) py_files=",${1#--py-files=}"; shift ;;
-    --jars) [ $# -ge 2 ] || die "option $1 needs a value"; jars="$2"; shift 2 ;;
-    --jars=*) jars="${1#--jars=}"; shift ;;
-    --deploy-mode=*) deploy_mode="${1#--deploy-mode=}"; spark_args+=("$1"); shift ;;
-    --deploy-mode) [ $# -ge 2 ] || die "option $1 needs a value"; deploy_mode="$2"; spark_args+=("$1" "$2"); shift 2 ;;
-    --master=*) master="${1#--master=}"; spark_args+=("$1"); shift ;;
-    --master) [ $# -ge 2 ] || die "option $1 needs a value"; master="$2"; spark_args+=("$1" "$2"); shift 2 ;;
-    --*=*|--verbose|-v|--supervise|--help|-h|--version) spark_args+=("$1"); shift ;;
-    -*) [ $# -ge 2 ] || die "option $1 needs a value"; spark_args+=("$1" "$2"); shift 2 ;;
-    *) die "unexpected argument '$1' (a job file ends in .py; forwarder options are --config, --set, --available-now, --healthcheck-file)" ;;
-  esac
+  name="${1%%=*}"
+  if [[ "$1" == -* && "$spark_switches" == *" $1 "* ]]; then
+    spark_args+=("$1"); shift
+  elif [[ "$1" == -* && "$spark_valued" == *" $name "* ]]; then
+    if [ "$name" = "$1" ]; then
+      [ $# -ge 2 ] || die "option $1 needs a value"; value="$2"; shift 2
+    else
+      value="${1#*=}"; shift
+    fi
+    case "$name" in
+      --py-files) py_files=",$value"; continue ;;  # added to synclib's own below
+      --jars) jars="$value"; continue ;;  # added to Delta's below
+      --master) master="$value" ;;
+      --deploy-mode) deploy_mode="$value" ;;
+    esac
+    spark_args+=("$name" "$value")
+  elif [[ "$1" == *.py ]]; then
+    job="$1"; shift; break
+  else
+    job_args+=("$1"); shift
+  fi
 done
 job_args+=("$@")
-job="${job:-$ROOT/jobs/forwarder.py}"
-if [ "$(basename "$job")" = "forwarder.py" ] && [[ " ${job_args[*]:-} " != *" --config "* ]] &&
-   [[ " ${job_args[*]:-} " != *" --config="* ]]; then
-  job_args=(--config "$ROOT/conf/local.yaml" ${job_args[@]+"${job_args[@]}"})
-fi
+job="${job:-$ROOT/jobs/forwarder.py}"  # its --config defaults to conf/local.yaml
 
 # Defaults first: spark-submit options given by the user come later and win.
 defaults=(--conf spark.log.level=WARN)

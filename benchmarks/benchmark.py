@@ -22,7 +22,7 @@ one backlog of `--messages` records per partition:
 Then once: the micro-batch floor per trigger of `--floor-triggers` (benchmarks/floor.py:
 one-row batches and idle triggers, Spark's `durationMs`), and the forwarder phase on a backlog
 of `--memory-messages` per partition (N) and on one `--memory-scale` times larger: peak RSS
-per process role at 10N against N. The forwarder is the job's own (`synclib.app.job.Forwarder`)
+per process role at 10N against N. The forwarder is the job's own (`synclib.app.forwarder.Forwarder`)
 with the given config (default conf/local.yaml), trigger and batch sizing included.
 """
 
@@ -48,9 +48,8 @@ from benchmarks.procmem import TreeMemory
 from benchmarks.references import librdkafka_rate, reference_rate
 from synclib.settings import load_config
 from synclib.settings.kafka import kafka_client_config
-from synclib.settings.values import parse_duration
+from synclib.settings.values import DELTA_RS, DELTA_SPARK, parse_duration
 
-DELTA_RS, DELTA_SPARK = "delta-rs", "delta-spark"  # synclib.delta.writer's, without importing pyspark here
 LOCAL_BROKERS = ("embedded", "apache-kafka", "apache-kafka-3.9")
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "local.yaml")

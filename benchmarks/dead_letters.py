@@ -1,4 +1,4 @@
-"""What dead letters cost: the same events forwarded through the same transform (tests.poison's
+"""What dead letters cost: the same events forwarded through the same transform (benchmarks.poison's
 parse_events) by the plain sink and by the dead-letter sink, then with one poison row per batch
 (a number too large for the int column, in partition 0).
 
@@ -22,11 +22,11 @@ from typing import Any
 
 from kafka import KafkaProducer
 
+from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 from synclib.delta.dead_letters import Limits, start_with_dead_letters
 from synclib.delta.writer import start_delta_stream
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.leader.commitlog import Commit, encode_commit
-from tests.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 
 
 def produce(bootstrap: str, topic: str, log: str, events: int, poison_every: int | None) -> None:

@@ -28,6 +28,7 @@ from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
 from benchmarks.phases import DeltaLogWatcher, stop_between_batches
 from benchmarks.procmem import TreeMemory
 from synclib.delta.table import DATE_COLUMN
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 HOLD_TRIGGER = "1 hour"  # the warm-up query's trigger: its first batch runs at once, no second one
@@ -85,8 +86,6 @@ class SparkKafkaPeer:
     def live(self, topic: str, name: str, trigger: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
         """Spark's Kafka source on `topic` into delta-rs (its commits carry the batch's offsets
         in synclib's metadata, which `DeltaLogWatcher` reads), as the micro-batch floor needs."""
-        from synclib.delta.writer import DELTA_RS  # the writer imports pyspark
-
         query = self._start(topic, DELTA_RS, name, trigger, None)
         try:
             with DeltaLogWatcher(os.path.join(self.workdir, name, "table")) as watcher:
@@ -95,7 +94,7 @@ class SparkKafkaPeer:
             stop_between_batches(query)
 
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
-        from synclib.delta.writer import DELTA_SPARK, start_delta_stream, utc_date  # the writer imports pyspark
+        from synclib.delta.writer import start_delta_stream, utc_date  # the writer imports pyspark
 
         root = os.path.join(self.workdir, name)
         reader = (self.spark.readStream.format("kafka").options(**self.kafka_options)

@@ -1,4 +1,4 @@
-"""The forwarder phases: the job's own `Forwarder` (`synclib.app.job`) on a backlog the leader's
+"""The forwarder phases: the job's own `Forwarder` (`synclib.app.forwarder`) on a backlog the leader's
 commit log releases (throughput, peak memory) and on a live topic (gate latency), timed by
 watching the Delta table's log."""
 
@@ -19,7 +19,8 @@ from typing import Any
 from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
 from benchmarks.procmem import TreeMemory
 from synclib.background import BackgroundThread
-from synclib.delta.table import META_BATCH_ID, META_OFFSETS
+from synclib.delta.table import META_BATCH_ID, parse_offsets, synclib_metadata
+from synclib.offsets import PartitionOffsets
 from synclib.settings import ForwarderConfig, load_config
 
 LOG_POLL_S = 0.01
@@ -53,12 +54,11 @@ class SeenCommit:
     seen_at: float  # time.time() when the poller first saw the log file
     committed_at: float  # the commit's own timestamp
     batch_id: int | None
-    offsets: dict[str, dict[str, int]]
+    offsets: PartitionOffsets
 
 
-def _reaches(offsets: Mapping[str, Mapping[str, int]], topic: str, wanted: PartitionEnds) -> bool:
-    have = offsets.get(topic, {})
-    return all(have.get(str(p), -1) >= end for p, end in wanted.items())
+def _reaches(offsets: PartitionOffsets, topic: str, wanted: PartitionEnds) -> bool:
+    return all(offsets.get((topic, p), -1) >= end for p, end in wanted.items())
 
 
 class DeltaLogWatcher(BackgroundThread):
@@ -96,12 +96,13 @@ class DeltaLogWatcher(BackgroundThread):
             info = json.loads(line).get("commitInfo") if line.strip() else None
             if info is None:
                 continue
-            meta = info if META_OFFSETS in info else json.loads(info.get("userMetadata") or "{}")
-            if not meta.get(META_OFFSETS):
+            meta = synclib_metadata(info)
+            offsets = parse_offsets(meta)
+            if meta is None or offsets is None:
                 return None
             batch_id = meta.get(META_BATCH_ID)
             return SeenCommit(version, seen_at, info["timestamp"] / 1000,
-                              None if batch_id is None else int(batch_id), json.loads(meta[META_OFFSETS]))
+                              None if batch_id is None else int(batch_id), offsets)
         return None
 
     def wait_for(self, topic: str, wanted: PartitionEnds, query: Any, timeout_s: float = WAIT_TIMEOUT_S) -> SeenCommit:
@@ -158,11 +159,11 @@ class Bench:
         """The job's forwarder on `topic`; `extra`: more config overrides (sink.engine, trigger)."""
         from pyspark.sql import SparkSession
 
-        from synclib.app.job import Forwarder
+        from synclib.app.forwarder import Forwarder
 
         config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
-        query = Forwarder(config, None)._start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
+        query = Forwarder(config, None).start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
         try:
             with DeltaLogWatcher(config.sink.path) as watcher:
                 yield query, watcher

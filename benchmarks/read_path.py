@@ -21,8 +21,8 @@ from kafka import KafkaProducer
 from benchmarks.cluster import event_values
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.simulation import send_ending_single
-from synclib.kafka.arrow_records import KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.schema import KAFKA_SCHEMA
 
 TOPIC = "read-path"
 

@@ -2,10 +2,10 @@
 
     python -m benchmarks.soak [--minutes 20] [--rate 2000] [--kills 3] [--pause 20] [--keep DIR]
 
-Runs the real job (`spark-submit jobs/forwarder.py`, `tests.job_world.JobRun`) against a
+Runs the real job (`spark-submit jobs/forwarder.py`, `benchmarks.job_world.JobRun`) against a
 live producer and a simulated leader on an embedded broker, with table maintenance every
 30 s. The kills come at 30%, 45% and 60% of the run (the second one inside a maintenance
-commit, `tests.job_files.MAINTENANCE`; the others wherever the job is), the broker is
+commit, `benchmarks.job_files.MAINTENANCE`; the others wherever the job is), the broker is
 frozen (SIGSTOP) for `--pause` seconds at 70%, so the first and the last quarter run
 undisturbed. At the end the producer stops, one `--available-now` run forwards the rest and
 the table is checked: every offset below the leader's final commit exactly once, and at
@@ -36,9 +36,10 @@ from typing import Any
 from deltalake import DeltaTable
 
 from benchmarks import procmem
-from tests.crash_harness import CrashHarness, Tally
-from tests.job_files import MAINTENANCE
-from tests.job_world import JobRun, KafkaWorld
+from benchmarks.crash_harness import CrashHarness, Tally
+from benchmarks.job_files import MAINTENANCE
+from benchmarks.job_world import JobRun, KafkaWorld
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 KILL_AT = (0.30, 0.45, 0.60)  # fractions of the run
 PAUSE_AT = 0.70
@@ -70,7 +71,7 @@ class SoakReport:
     live_files: int
     versions: int
     maintenance_passes: int
-    kill_windows: dict[str, int]  # where the kills landed (`tests.job_files.WINDOWS`)
+    kill_windows: dict[str, int]  # where the kills landed (`benchmarks.job_files.WINDOWS`)
     first: Window
     last: Window
     harness: str
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pause", type=float, default=20.0, help="broker pause, seconds (0: none)")
     parser.add_argument("--keep", type=Path, default=None, help="write the job's files here and keep them")
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    parser.add_argument("--engine", choices=("delta-rs", "delta-spark"), default="delta-rs", help="sink.engine")
+    parser.add_argument("--engine", choices=(DELTA_RS, DELTA_SPARK), default=DELTA_RS, help="sink.engine")
     args = parser.parse_args(argv)
     directory = args.keep or Path(tempfile.mkdtemp(prefix="synclib-soak-"))
     directory.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@
 import argparse
 import sys
 
-from synclib.app.job import load_transform
+from synclib.app.transform import load_transform
 from synclib.settings import ConfigError, load_config
 
 

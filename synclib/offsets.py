@@ -6,6 +6,8 @@ exclusive bound), as in Spark's Kafka source and Kafka's committed offsets.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,14 +20,23 @@ OffsetsJson = dict[str, Any]
 EARLIEST = -2
 LATEST = -1
 
+_PARTITION = re.compile(r"[0-9]+")
 
-def parse_offsets_json(offsets: Mapping[str, Mapping[str, Any]]) -> PartitionOffsets:
-    """Spark's offsets JSON (already decoded) -> {(topic, partition): offset}."""
+
+def parse_offsets_json(offsets: str | Mapping[str, Any]) -> PartitionOffsets:
+    """Spark's offsets JSON, as text or decoded, e.g. `{"events": {"0": 23}}` ->
+    {("events", 0): 23}; ValueError naming what is not a partition's offset."""
+    decoded = json.loads(offsets) if isinstance(offsets, str) else offsets
+    if not isinstance(decoded, Mapping):
+        raise ValueError(f"offsets JSON maps topics to their partitions' offsets, not {decoded!r}")
     result: PartitionOffsets = {}
-    for topic, per_partition in offsets.items():
+    for topic, per_partition in decoded.items():
+        if not isinstance(per_partition, Mapping):
+            raise ValueError(f"topic {topic!r} needs a mapping of partition to offset")
         for partition, offset in per_partition.items():
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-                raise ValueError(f"offset {offset!r} of {topic}[{partition}] is not an offset")
+            if not (_PARTITION.fullmatch(str(partition)) and isinstance(offset, int)
+                    and not isinstance(offset, bool) and offset >= EARLIEST):
+                raise ValueError(f"{topic!r} partition {partition!r}: offset must be an integer >= {EARLIEST}")
             result[(str(topic), int(partition))] = offset
     return result
 

@@ -14,36 +14,18 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from benchmarks.job_world import delta_spark_options
 from synclib.delta.table import read_table_offsets
-from synclib.embedded import jvm
 from synclib.kafka.admin import group_offsets
+from synclib.offsets import TopicPartitionKey
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "jobs" / "forwarder.py"
 RUN_TIMEOUT_S = 600.0
 
-TopicPartitionKey = tuple[str, int]
-
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-
-
-def delta_spark_options(config: Path) -> list[str]:
-    """spark-submit options that put Delta's jars and session extension on the job's classpath
-    when `config` asks for `sink.engine: delta-spark` (as ./spark-submit.sh always does); none
-    otherwise, so `auto` resolves to delta-rs as on a bare spark-submit."""
-    try:
-        loaded = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):  # the tests of missing and invalid configs
-        return []
-    sink = loaded.get("sink") if isinstance(loaded, dict) else None
-    if not isinstance(sink, dict) or sink.get("engine") != "delta-spark":
-        return []
-    options = ["--jars", ",".join(jvm.jars(jvm.DELTA))]
-    for key, value in jvm.DELTA_SESSION_CONF.items():
-        options += ["--conf", f"{key}={value}"]
-    return options
 
 
 def forwarder_command(config: Path, *args: str) -> list[str]:
@@ -92,8 +74,7 @@ def write_config(directory: Path, name: str, bootstrap: str, source: Mapping[str
 
 def table_offsets(path: str) -> dict[TopicPartitionKey, int]:
     """The Kafka offsets recorded in the Delta table's latest synclib commit."""
-    recorded = read_table_offsets(path) or {}
-    return {(topic, int(p)): offset for topic, per in recorded.items() for p, offset in per.items()}
+    return read_table_offsets(path) or {}
 
 
 def committed_offsets(bootstrap: str, group: str) -> dict[TopicPartitionKey, int]:

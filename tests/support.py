@@ -6,11 +6,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from kafka import KafkaProducer
+from confluent_kafka import Producer
 
+from benchmarks.job_world import wait_for
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.subscription import Subscription
 from synclib.leader.commitlog import Commit, encode_commit
+from tests import librdkafka
 
 T = TypeVar("T")
 
@@ -20,36 +22,25 @@ Record = tuple[bytes | None, bytes | None]
 def wait_until(
     condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.05
 ) -> T:
-    """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {result!r}")
-        time.sleep(interval_s)
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline
+    (`benchmarks.job_world.wait_for` without a job)."""
+    return wait_for(condition, timeout_s, what, interval_s=interval_s)
 
 
 def produce(
-    producer: KafkaProducer,
+    producer: Producer,
     topic: str,
     partition: int,
     records: Iterable[Record],
     headers: Sequence[tuple[str, bytes]] = (),
 ) -> None:
-    """Send records to one partition and flush; the last one goes alone in its own batch
-    so that even the embedded broker reports the exact high watermark."""
-    items = list(records)
-    for key, value in items[:-1]:
-        producer.send(topic, key=key, value=value, partition=partition, headers=list(headers))
-    producer.flush()
-    if items:
-        key, value = items[-1]
-        producer.send(topic, key=key, value=value, partition=partition, headers=list(headers)).get(30)
+    """Send records to one partition with librdkafka and wait for every delivery (the last one
+    goes alone in its own batch, so that even the embedded broker reports the exact high watermark)."""
+    librdkafka.produce_burst(producer, topic, partition,
+                             [librdkafka.Record(key, value, list(headers)) for key, value in records])
 
 
-def produce_values(producer: KafkaProducer, topic: str, partition: int, count: int, prefix: str = "v") -> None:
+def produce_values(producer: Producer, topic: str, partition: int, count: int, prefix: str = "v") -> None:
     """Produce `count` records with keys/values that name their partition and sequence."""
     produce(
         producer, topic, partition,
@@ -58,16 +49,16 @@ def produce_values(producer: KafkaProducer, topic: str, partition: int, count: i
 
 
 def publish_commit(
-    producer: KafkaProducer, commit_log_topic: str, group: str, topic: str, partition: int, offset: int
+    producer: Producer, commit_log_topic: str, group: str, topic: str, partition: int, offset: int
 ) -> None:
     """Publish one leader commit in the current format and wait until the broker has it."""
     key, value = encode_commit(Commit(group, topic, partition, offset, orig_message_ts=time.time()))
-    producer.send(commit_log_topic, key=key, value=value, partition=0).get(30)
+    publish_raw(producer, commit_log_topic, key, value)
 
 
-def publish_raw(producer: KafkaProducer, topic: str, key: bytes | None, value: bytes | None,
+def publish_raw(producer: Producer, topic: str, key: bytes | None, value: bytes | None,
                 headers: Sequence[tuple[str, bytes]] = ()) -> None:
-    producer.send(topic, key=key, value=value, partition=0, headers=list(headers)).get(30)
+    produce(producer, topic, 0, [(key, value)], headers)
 
 
 def high_watermarks(bootstrap_servers: str, topic: str, partitions: Iterable[int],

@@ -120,8 +120,7 @@ def format_summary(path: str, summary: TableSummary | None, status: PlannerStatu
     highest offset written against what the leader committed."""
     if summary is None:
         return f"{headline}\nDelta table {path}: not created yet (the leader committed nothing)"
-    written = {(topic, int(p)): int(end) for topic, ends in (summary.offsets or {}).items()
-               for p, end in ends.items()}
+    written = summary.offsets or {}
     planned = {(p.topic, p.partition): p for p in (() if status is None else status.partitions)}
     rows = []
     for tp in sorted(set(written) | set(planned)):

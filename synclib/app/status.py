@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
     options = SourceOptions.from_spark(reader_options)
     summary = table_summary(config.sink.path)
-    follower = _table_offsets(summary.offsets if summary is not None else None)
+    follower = (summary.offsets if summary is not None else None) or {}
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
     try:
         commits = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
@@ -166,10 +166,6 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
         dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
         if config.sink.dead_letters.enabled else None,
     )
-
-
-def _table_offsets(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[TopicPartitionKey, int]:
-    return {(topic, int(p)): offset for topic, per in (offsets or {}).items() for p, offset in per.items()}
 
 
 def _leader_commits(options: SourceOptions, timeout_s: float) -> LeaderCommits:

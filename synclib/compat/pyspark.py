@@ -5,8 +5,8 @@
   (JVM signal handlers, Delta class detection; see `synclib.compat.py4j`);
 - `StreamingQueryException._origin`: the JVM exception, whose start and end offsets name the
   micro-batch a query failed in;
-- `pyspark.sql.pandas.types.to_arrow_schema`: a Spark schema as an Arrow schema (the source's
-  and the sink's Arrow batches).
+- `pyspark.sql.pandas.types.to_arrow_schema` and `from_arrow_schema`: a Spark schema as an
+  Arrow schema (the source's and the sink's Arrow batches) and back (the source's schema).
 
 The JVM-only ones are conveniences: on a Spark Connect session (no JVM in this process), on a
 PySpark other than `TESTED_VERSION`, or when an attribute is gone, they return None and log
@@ -95,11 +95,22 @@ def failed_batch_offsets(exc: BaseException) -> tuple[str, str] | None:
         return None
 
 
+def _schema_converter(name: str) -> Any:
+    """PySpark's internal schema converter `pyspark.sql.pandas.types.<name>`."""
+    try:
+        from pyspark.sql.pandas import types  # here, so that a PySpark without it fails with the message below
+        return getattr(types, name)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeError(f"PySpark {pyspark.__version__} has no pyspark.sql.pandas.types.{name} "
+                           f"({exc}); synclib needs PySpark {'.'.join(map(str, TESTED_VERSION))}") from exc
+
+
 def to_arrow_schema(schema: StructType) -> pa.Schema:
     """`schema` as Arrow, timestamps in UTC (PySpark's internal converter, tested with 4.2)."""
-    try:
-        from pyspark.sql.pandas.types import to_arrow_schema as convert
-    except ImportError as exc:
-        raise RuntimeError(f"PySpark {pyspark.__version__} has no pyspark.sql.pandas.types.to_arrow_schema "
-                           f"({exc}); synclib needs PySpark {'.'.join(map(str, TESTED_VERSION))}") from exc
-    return convert(schema, timezone="UTC")
+    return _schema_converter("to_arrow_schema")(schema, timezone="UTC")
+
+
+def from_arrow_schema(schema: pa.Schema) -> StructType:
+    """`schema` as Spark's (PySpark's internal converter, tested with 4.2): the inverse of
+    `to_arrow_schema` for the types synclib uses (a timestamp with a time zone is TimestampType)."""
+    return _schema_converter("from_arrow_schema")(schema)  # type: ignore[no-any-return]

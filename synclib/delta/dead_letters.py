@@ -56,7 +56,6 @@ from synclib.delta import checkpoint
 from synclib.delta.isolation import Error, Failure, Key, OffsetRange, TooManyFailures, describe, isolate
 from synclib.delta.table import DATE_COLUMN, current_table
 from synclib.delta.writer import (
-    DELTA_SPARK,
     DeltaSparkBatchWriter,
     DeltaStreamWriter,
     check_table_layout,
@@ -65,6 +64,7 @@ from synclib.delta.writer import (
     stream_writer,
     utc_date,
 )
+from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
 

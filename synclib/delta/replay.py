@@ -26,7 +26,8 @@ from synclib.delta import checkpoint
 from synclib.delta.dead_letters import DeadLetterBatches, DeltaTarget, Limits, Transform
 from synclib.delta.isolation import describe
 from synclib.delta.table import DATE_COLUMN, open_table
-from synclib.delta.writer import DELTA_SPARK, arrow_schema
+from synclib.delta.writer import arrow_schema
+from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from pyarrow import fs
 
 from synclib.delta import checkpoint
+from synclib.offsets import PartitionOffsets, parse_offsets_json
 
 META_APP_ID = "synclib.appId"
 META_BATCH_ID = "synclib.batchId"
@@ -107,16 +108,16 @@ def latest_metadata(table: DeltaTable) -> dict[str, Any] | None:
     return None if commit is None else synclib_metadata(commit)
 
 
-def parse_offsets(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def parse_offsets(metadata: Mapping[str, Any] | None) -> PartitionOffsets | None:
+    """The Kafka offsets in a commit's `synclib.*` metadata (Spark's JSON there); None without."""
     if metadata is None or not metadata.get(META_OFFSETS):
         return None
-    offsets: dict[str, Any] = json.loads(metadata[META_OFFSETS])
-    return offsets
+    return parse_offsets_json(metadata[META_OFFSETS])
 
 
-def read_table_offsets(path: str) -> dict[str, Any] | None:
-    """The source offsets (Spark's JSON, e.g. `{"events": {"0": 23}}`) of the table's latest
-    synclib commit; None when the table does not exist or has none."""
+def read_table_offsets(path: str) -> PartitionOffsets | None:
+    """The Kafka offsets of the table's latest synclib commit; None when the table does not
+    exist or has none."""
     table = open_table(path)
     return None if table is None else parse_offsets(latest_metadata(table))
 
@@ -127,7 +128,7 @@ class TableSummary:
     rows: int | None  # from the files' stats; None when a file has none
     app_id: str | None
     batch_id: int | None
-    offsets: dict[str, Any] | None
+    offsets: PartitionOffsets | None
 
 
 def table_summary(path: str) -> TableSummary | None:

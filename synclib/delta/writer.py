@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, Schema, Transaction
@@ -51,13 +51,12 @@ from synclib.delta.table import (
     open_table,
     parse_offsets,
 )
-from synclib.settings.values import Engine, parse_bool
+from synclib.offsets import parse_offsets_json
+from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK, ENGINES, parse_bool
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "synclib_delta"
-ENGINES: tuple[Engine, ...] = get_args(Engine)  # sink.engine
-AUTO, DELTA_RS, DELTA_SPARK = ENGINES
 
 _DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
 
@@ -317,7 +316,7 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
 def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:
     if metadata is None:
         return False
-    return (json.loads(offsets) if offsets else None) == parse_offsets(metadata)
+    return (parse_offsets_json(offsets) if offsets else None) == parse_offsets(metadata)
 
 
 def _columns(schema: Schema) -> list[str]:

@@ -29,13 +29,7 @@ from kafka.structs import TopicPartition
 
 from synclib.compat import kafka_python
 from synclib.compat.kafka_python import BatchRecords, LegacyRecord, Piece
-
-KAFKA_SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
-])
-# Spark's `headers array<struct<key: string, value: binary>>`.
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+from synclib.schema import KAFKA_SCHEMA
 
 _LOG_APPEND_TIME = 1
 _VARINT_MAX_BYTES = 10

@@ -23,12 +23,12 @@ from kafka.structs import TopicPartition
 
 from synclib.compat import kafka_python
 from synclib.kafka.arrow_records import (
-    HEADERS_TYPE,
     DecodedRecords,
     Records,
     arrow_partition_records,
     listed_records,
 )
+from synclib.schema import HEADERS_TYPE
 
 logger = logging.getLogger(__name__)
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from synclib.settings.kafka import KafkaConfig
+from synclib.settings.kafka import BOOTSTRAP_OPTION, KafkaConfig
 from synclib.settings.model import KEEP_NULL, Invalid, Section, SettingError
-from synclib.settings.source import BOOTSTRAP_OPTION, SourceConfig
+from synclib.settings.source import SourceConfig
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
@@ -18,6 +17,7 @@ from synclib.settings.values import (
     Duration,
     EngineChoice,
     FilePath,
+    Kind,
     LogLevelChoice,
     Port,
     PositiveDuration,
@@ -29,15 +29,28 @@ from synclib.settings.values import (
 class MaintenanceConfig(Section):
     """`sink.maintenance`: compaction, vacuum and log checkpoints of the table."""
 
-    enabled: Boolean = True  # run passes in the forwarder (the `maintain` command ignores it)
-    interval: PositiveDuration = 300.0  # between the end of one pass and the start of the next
-    time_budget: PositiveDuration = 60.0  # a pass starts no new compaction after this long
-    target_file_size_mb: PositiveInt = 128  # compaction writes files of about this size (MiB)
-    min_age: Duration = 60.0  # newer files are not compacted (except in closed dates)
-    vacuum_retention: Duration = 7 * 86_400.0  # removed files are deleted after this long
-    checkpoint_interval: PositiveInt = 100  # versions between log checkpoints
+    enabled: Boolean = True
+    """Run table maintenance on a background thread of the job (see [Table
+    maintenance](#table-maintenance)); the `maintain` command ignores it."""
+    interval: PositiveDuration = 300.0
+    """Between the end of one maintenance pass and the start of the next."""
+    time_budget: PositiveDuration = 60.0
+    """A pass starts no new compaction after this long (the rest waits for the next pass)."""
+    target_file_size_mb: PositiveInt = 128
+    """Compaction bin-packs files smaller than this (MiB) into files of about this size."""
+    min_age: Duration = 60.0
+    """Files younger than this are not compacted (in closed dates, below today UTC with
+    `partition_by_date`, all are)."""
+    vacuum_retention: Duration = 7 * 86_400.0
+    """Files compaction removed are deleted this long after (whole hours, rounded up); readers of
+    older table versions need them until then."""
+    checkpoint_interval: PositiveInt = 100
+    """Versions between Delta log checkpoints (the batch commits write none while maintenance runs)."""
     log_cleanup: Boolean = True
-    log_retention: Duration = 3600.0  # log entries older than this (below the newest checkpoint) are deleted
+    """Delete expired log entries: older than `log_retention` and below the newest checkpoint."""
+    log_retention: Duration = 3600.0
+    """How far back the log (time travel, lagging Delta streaming readers of the table) reaches; a
+    longer log costs every batch commit time (delta-rs lists the log on local/HDFS storage)."""
 
     @property
     def target_file_size(self) -> int:
@@ -61,8 +74,8 @@ def _column(raw: Any) -> str:
     return raw
 
 
-Fraction = Annotated[float, BeforeValidator(_fraction)]
-ColumnName = Annotated[str, BeforeValidator(_column)]
+Fraction = Annotated[float, BeforeValidator(_fraction), Kind("fraction")]
+ColumnName = Annotated[str, BeforeValidator(_column), Kind("column name")]
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -71,23 +84,34 @@ class DeadLettersConfig(Section):
     instead of failing their micro-batch (`synclib.delta.dead_letters`). Off by default."""
 
     enabled: Boolean = False
-    path: FilePath | None = None  # default: `<sink.path>_dead_letters`, beside the main table
-    # A nullable string column the transform may add: not null marks the row as a dead letter
-    # (the value is its error message). The transform's output must then keep topic, partition, offset.
+    """Rows the transform rejects or raises on go to a dead-letter table instead of failing their
+    batch (see [Dead letters](#dead-letters))."""
+    path: FilePath | None = None
+    """The dead-letter Delta table, beside the main table (never inside it); unset:
+    `<sink.path>_dead_letters`."""
     error_column: ColumnName | None = None
-    max_fraction: Fraction = 1.0  # more failed rows than this fraction of a batch stop the job
-    max_rows: PositiveInt = 25  # more failed rows than this in one batch stop the job
+    """A nullable string column the transform adds: not null marks the row a dead letter (the value
+    is its message); the column is not written to the main table. The transform's output must then
+    keep `topic`, `partition`, `offset`."""
+    max_fraction: Fraction = 1.0
+    """Stop the job when more than this fraction of a batch fails (1.0: never on the fraction)."""
+    max_rows: PositiveInt = 25
+    """Stop the job when more rows than this fail in one batch (also bounds the search for them)."""
 
 
 class SinkConfig(Section):
     """`sink`: the Delta table and how it is written."""
 
     path: FilePath
+    """The Delta table (local path, `s3://`, `abfss://`, `/Volumes/...`)."""
     engine: EngineChoice = "auto"
+    """The writer (see [Choosing the writer](#choosing-the-writer))."""
     partition_by: Columns = ()
+    """Partition columns."""
     partition_by_date: Boolean = False
-    # With a new checkpoint on an existing table, start from the offsets the table records.
+    """Add `date` (UTC, from the Kafka timestamp) and partition by it."""
     resume_from_table: Boolean = True
+    """A new checkpoint on an existing table starts from the offsets the table records."""
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     dead_letters: DeadLettersConfig = Field(default_factory=DeadLettersConfig)
 
@@ -101,39 +125,53 @@ class CheckpointConfig(Section):
     """`checkpoint`: Spark's checkpoint location."""
 
     location: FilePath
+    """Spark's streaming checkpoint."""
 
 
 class TriggerConfig(Section):
     """`trigger`: micro-batch interval, or one Trigger.AvailableNow run."""
 
     processing_time: Duration = 1.0
+    """The micro-batch interval."""
     available_now: Boolean = False
+    """Read what is available in one Trigger.AvailableNow run, then stop (same as `--available-now`)."""
 
 
 class LoggingConfig(Section):
     """`logging`: log level and the progress lines."""
 
     level: LogLevelChoice = "INFO"
+    """synclib's log level (Spark's is `spark.log.level`)."""
     progress: Boolean = True
+    """Print the per-batch lines, the partition table and the summary."""
     progress_interval: PositiveDuration = 1.0
+    """How often the console is updated."""
 
 
 class MonitoringConfig(Section):
     """`monitoring`: the health-check file and the Prometheus endpoint (`synclib.app.monitoring`)."""
 
-    healthcheck_file: FilePath | None = None  # touched while the query is healthy (liveness probes)
-    metrics_port: Port | None = None  # serve /metrics on this port; null: no metrics endpoint
+    healthcheck_file: FilePath | None = None
+    """A file touched while the query is healthy, for liveness probes (`--healthcheck-file`)."""
+    metrics_port: Port | None = None
+    """Serve Prometheus metrics on `http://<driver>:PORT/metrics` (`9898` in `conf/local.yaml`); unset: off."""
 
 
 class EmbeddedConfig(Section):
     """`embedded`: the local broker's simulated producer and leader (only with bootstrap 'embedded')."""
 
     partitions: PositiveInt = 4
+    """Partitions of the simulated events topic."""
     events_per_second: PositiveInt = 200
+    """The simulated producer's rate."""
     event_bytes: PositiveInt = 2048
+    """The size of a simulated event."""
     leader_lag: Duration = 2.0
+    """The simulated leader commits what it consumed this long ago."""
     leader_commit_interval: PositiveDuration = 1.0
-    run_for: Annotated[PositiveDuration | None, KEEP_NULL] = 30.0  # null: until interrupted
+    """How often the simulated leader commits."""
+    run_for: Annotated[PositiveDuration | None, KEEP_NULL] = 30.0
+    """Stop with the summary after this long; `null` runs until Ctrl-C."""
 
 
 class ForwarderConfig(Section):
@@ -144,7 +182,8 @@ class ForwarderConfig(Section):
     sink: SinkConfig
     checkpoint: CheckpointConfig
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
-    transform: TransformSpec | None = None  # "module:function" applied to each micro-batch
+    transform: TransformSpec | None = None
+    """A function applied to the DataFrame of each micro-batch."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     embedded: EmbeddedConfig | None = None  # set exactly when kafka.embedded
@@ -167,8 +206,9 @@ class ForwarderConfig(Section):
             raise SettingError("embedded", f"only used when {{0}} is {EMBEDDED!r}; "
                                            "remove the section (or --set embedded=null)", "kafka.bootstrap_servers")
         source = self.source
-        if source.starting_offsets.startswith("{") and source.topics:
-            for topic in json.loads(source.starting_offsets):
+        starting = source.starting
+        if isinstance(starting, dict) and source.topics:
+            for topic in sorted({topic for topic, _ in starting}):
                 if topic not in source.topics:
                     raise SettingError("source.starting_offsets", f"topic {topic!r} is not subscribed")
         return self

@@ -34,6 +34,7 @@ from synclib.settings.values import (
 )
 
 KAFKA_PREFIX = "kafka."
+BOOTSTRAP_OPTION = f"{KAFKA_PREFIX}bootstrap.servers"
 # Java / librdkafka names whose kafka-python name is not the dotted name with '_'.
 _RENAMES = {
     "sasl.username": "sasl_plain_username",
@@ -69,15 +70,24 @@ class SecurityConfig(Section):
     """`kafka.security`: protocol, SASL credentials and SSL files (relative paths resolved at load)."""
 
     protocol: ProtocolChoice = Field("PLAINTEXT", serialization_alias="kafka.security.protocol")
+    """How the clients connect to the brokers (see [Kafka security](#kafka-security))."""
     sasl_mechanism: SaslMechanismChoice | None = Field(None, serialization_alias="kafka.sasl.mechanism")
+    """SASL: the mechanism; required with a SASL protocol."""
     username: String | None = Field(None, serialization_alias="kafka.sasl.username")
+    """SASL: the user; required with a SASL protocol."""
     password: SecretString | None = Field(None, serialization_alias="kafka.sasl.password")
+    """SASL: the password; required with a SASL protocol."""
     ssl_cafile: FilePath | None = Field(None, serialization_alias="kafka.ssl.ca.location")
+    """TLS: the CA bundle that verifies the brokers' certificates."""
     ssl_certfile: FilePath | None = Field(None, serialization_alias="kafka.ssl.certificate.location")
+    """TLS: the client certificate (mutual TLS), with `ssl_keyfile`."""
     ssl_keyfile: FilePath | None = Field(None, serialization_alias="kafka.ssl.key.location")
+    """TLS: the client certificate's key (mutual TLS), with `ssl_certfile`."""
     ssl_password: SecretString | None = Field(None, serialization_alias="kafka.ssl.key.password")
-    # False is Spark's kafka.ssl.endpoint.identification.algorithm="" (see client_options).
+    """TLS: the password of `ssl_keyfile`."""
     ssl_check_hostname: Boolean = True
+    """TLS: check that a broker's certificate names its host; `false` is Spark's
+    `kafka.ssl.endpoint.identification.algorithm` set to empty."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SecurityConfig:
@@ -115,12 +125,15 @@ class SecurityConfig(Section):
 class KafkaConfig(Section):
     """`kafka`: where the brokers are ('embedded' starts the local one), security, extra options."""
 
-    bootstrap_servers: BootstrapServers
+    bootstrap_servers: BootstrapServers = Field(serialization_alias=BOOTSTRAP_OPTION)
+    """`host:port,...`, or `embedded` to start the local broker and the simulation."""
     security: SecurityConfig = Field(default_factory=SecurityConfig)
-    # Before Spark starts, the job connects this long at most (synclib.kafka.preflight).
     connect_timeout: PositiveDuration = DEFAULT_CONNECT_TIMEOUT_S
-    # Java-style kafka-python option names without "kafka." -> value as a Spark option string.
+    """Before Spark starts, the job (and `status`) connects to the brokers and looks its topics up
+    for this long at most, then exits 3 with one line."""
     options: dict[str, str] = Field(default_factory=dict)
+    """Other client settings: Java-style names without `kafka.` (`request.timeout.ms: 30000`),
+    each the Spark option `kafka.<name>`."""
 
     @field_validator("options", mode="before")
     @classmethod

@@ -49,9 +49,11 @@ class SettingError(ValueError):
 
 
 class Section(BaseModel):
-    """A settings section: immutable, unknown keys rejected, null read as the default."""
+    """A settings section: immutable, unknown keys rejected, null read as the default. The
+    docstring below a setting is its meaning in the configuration reference (`reference`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True,
+                              use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -139,7 +141,7 @@ def describe(value: Any, secret: bool = False) -> str:
 
 
 def _section_type(annotation: Any) -> type[Any] | None:
-    for candidate in (annotation, *_union_members(annotation)):
+    for candidate in (annotation, *union_members(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
         if candidate is dict or get_origin(candidate) is dict:
@@ -147,6 +149,6 @@ def _section_type(annotation: Any) -> type[Any] | None:
     return None
 
 
-def _union_members(annotation: Any) -> tuple[Any, ...]:
+def union_members(annotation: Any) -> tuple[Any, ...]:
     origin = get_origin(annotation)
     return get_args(annotation) if origin is Union or origin is types.UnionType else ()

@@ -21,7 +21,7 @@ from pydantic import Field, ValidationError, model_validator
 from synclib.kafka.client_config import DEFAULT_DEADLINE_S
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import PartitionOffsets, parse_offsets_json
-from synclib.settings.kafka import KAFKA_PREFIX, KafkaConfigError, kafka_client_config
+from synclib.settings.kafka import BOOTSTRAP_OPTION, KAFKA_PREFIX, KafkaConfigError, kafka_client_config
 from synclib.settings.model import KeyPath, Naming, Section, SettingError, explain
 from synclib.settings.values import (
     SPARK,
@@ -44,7 +44,6 @@ from synclib.settings.values import (
 logger = logging.getLogger(__name__)
 
 SUBSCRIPTIONS = ("subscribe", "subscribe_pattern", "assign")
-BOOTSTRAP_OPTION = f"{KAFKA_PREFIX}bootstrap.servers"
 _STARTING_MODES: dict[str, StartingMode] = {mode: mode for mode in get_args(StartingMode)}
 
 
@@ -56,30 +55,50 @@ class SourceConfig(Section):
     """What the source reads and how it follows the leader (YAML `source:`; Spark option aliases)."""
 
     subscribe: TopicList | None = Field(None, serialization_alias="subscribe")
+    """Topics, comma-separated (empty names ignored) or a list; exactly one of `subscribe`,
+    `subscribe_pattern`, `assign`."""
     subscribe_pattern: Regex | None = Field(None, serialization_alias="subscribePattern")
+    """Topics whose name the regex is found in (internal topics excluded; anchor it with `^...$`);
+    instead of `subscribe`."""
     assign: Assignment | None = Field(None, serialization_alias="assign")
-    # The leader's commit-log topic; required when remote_offsets is commit_log.
+    """Partitions, `{"topic": [0, 1]}`; instead of `subscribe`."""
     commit_log_topic: Topic | None = Field(None, serialization_alias="commitLogTopic")
+    """The leader's commit-log topic; required with `remote_offsets: commit_log`."""
     commit_groups: GroupList = Field(serialization_alias="synchronizeCommitGroups")
+    """The leader groups to wait for (the minimum over them), comma-separated or a list."""
     consumer_group: String | None = Field(None, serialization_alias="consumerGroup")
+    """The forwarder's own group (for `committed`, lag tooling, chaining)."""
     starting_offsets: StartingOffsets = Field("earliest", serialization_alias="startingOffsets")
+    """`earliest`, `latest`, `committed` (the group's offsets, else `initial_offset_reset`), or
+    Spark's offsets JSON `{"events": {"0": 23}}` (`-2` earliest, `-1` latest); used by a new
+    checkpoint on an empty table."""
     initial_offset_reset: OffsetResetChoice = Field(
         "earliest", serialization_alias="initialOffsetReset")
+    """Where `committed` starts when the group has no offset."""
     max_offsets_per_trigger: PositiveInt | None = Field(None, serialization_alias="maxOffsetsPerTrigger")
+    """Offsets per micro-batch, split across partitions as Spark does; unset: no cap."""
     fail_on_data_loss: Boolean = Field(True, serialization_alias="failOnDataLoss")
+    """Fail when offsets disappear (retention, topic recreated); else skip them."""
     include_headers: Boolean = Field(False, serialization_alias="includeHeaders")
-    # A partition whose leader commits nothing this long while data waits is flagged stale.
+    """Add the `headers` column."""
     stale_after: PositiveDuration = Field(60.0, serialization_alias="staleAfter")
-    # Planning retries an unanswering broker this long.
+    """Report the leader stale for a partition after this long without a commit while data waits."""
     broker_timeout: PositiveDuration = Field(DEFAULT_DEADLINE_S, serialization_alias="brokerTimeout")
-    # The leader's offsets may go unread this long.
+    """Planning retries an unanswering broker this long, then the query fails naming it."""
     commit_log_timeout: PositiveDuration = Field(DEFAULT_DEADLINE_S, serialization_alias="commitLogTimeout")
-    # A read task may make no progress this long.
+    """The commit-log follower (or group poller) may make no progress this long, then the query fails."""
     read_stall_timeout: PositiveDuration = Field(DEFAULT_DEADLINE_S, serialization_alias="readStallTimeout")
+    """A read task may make no progress this long, then it fails."""
     commit_to_consumer_group: Boolean = Field(False, serialization_alias="commitToConsumerGroup")
+    """Commit written offsets to `consumer_group` after each Delta commit (see [Lag in Kafka's
+    tools](#lag-in-kafkas-tools))."""
     publish_commit_log: Topic | None = Field(None, serialization_alias="publishCommitLog")
+    """Publish this forwarder's commits to this topic (see [Chaining forwarders](#chaining-forwarders));
+    needs `consumer_group`."""
     remote_offsets: RemoteOffsetsChoice = Field(
         "commit_log", serialization_alias="remoteOffsets")
+    """`commit_log`: read the leader's commit log; `group`: poll the leader groups' committed offsets
+    (every `remotePollInterval`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SourceConfig:
@@ -124,7 +143,7 @@ class SourceConfig(Section):
     def starting(self) -> StartingMode | PartitionOffsets:
         """`startingOffsets` as a mode or as offsets per partition."""
         mode = _STARTING_MODES.get(self.starting_offsets)
-        return mode if mode is not None else parse_offsets_json(json.loads(self.starting_offsets))
+        return mode if mode is not None else parse_offsets_json(self.starting_offsets)
 
     def spark_options(self) -> dict[str, str]:
         """These settings as options of the `synchronized_kafka` reader (all values strings)."""
@@ -137,13 +156,16 @@ class SourceOptions(SourceConfig):
     """The reader's options: the source settings plus the Kafka client and the reader's own options."""
 
     bootstrap_servers: String = Field(serialization_alias=BOOTSTRAP_OPTION)
+    """The brokers, `host:port,...`."""
     # kafka-python keyword arguments from every `kafka.*` option (secrets included: not in repr).
     client_config: dict[str, Any] = Field(default_factory=dict, repr=False)
-    # Where the planner writes its status JSON after every planning call (set by the job).
     status_file: String | None = Field(None, serialization_alias="statusFile")
+    """A JSON file the driver rewrites after every planning call (the job sets it): per partition
+    state, follower/leader offsets, high watermark, stale; commit-log counters."""
     poll_timeout_ms: PositiveInt = Field(512, serialization_alias="pollTimeoutMs")
-    # How often remoteOffsets=group polls the leader groups.
+    """The executors' consumer poll timeout, in milliseconds."""
     remote_poll_interval: PositiveDuration = Field(1.0, serialization_alias="remotePollInterval")
+    """How often `remoteOffsets=group` polls the leader groups."""
 
     @classmethod
     def from_spark(cls, options: Mapping[str, Any]) -> SourceOptions:

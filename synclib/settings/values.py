@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NamedTuple, get_args
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, SecretStr, ValidationInfo
 
+from synclib.offsets import parse_offsets_json, to_offsets_json
 from synclib.settings.model import Invalid
 
 # Validation context of Spark reader options (`model_validate(..., context=SPARK)`).
@@ -27,6 +28,8 @@ StartingMode = Literal["earliest", "latest", "committed"]
 OffsetReset = Literal["earliest", "latest"]
 RemoteOffsets = Literal["commit_log", "group"]
 Engine = Literal["auto", "delta-rs", "delta-spark"]
+ENGINES: tuple[Engine, ...] = get_args(Engine)  # sink.engine
+AUTO, DELTA_RS, DELTA_SPARK = ENGINES
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -43,6 +46,13 @@ _UNITS = {
     **dict.fromkeys(("h", "hour", "hours"), 3600.0),
 }
 _DURATION_EXAMPLES = "such as '500ms', '2s' or '5m'"
+
+
+class Kind(NamedTuple):
+    """Annotated metadata naming a value type in the configuration reference (pydantic ignores it)."""
+
+    name: str
+    duration: bool = False  # a default is shown as a duration ("5m"), not as seconds
 
 
 class Secret(SecretStr):
@@ -225,15 +235,14 @@ def _starting_offsets(raw: Any) -> str:
         return raw.strip().lower()
     expected = f"{', '.join(repr(m) for m in modes)} or offsets JSON such as {{\"events\": {{\"0\": 23}}}}"
     value = _json_object(raw, expected)
-    offsets: dict[str, dict[str, int]] = {}
     for topic, partitions in value.items():
         if not (is_topic(topic) and isinstance(partitions, dict) and partitions):
             raise Invalid(expected, f"topic {topic!r} needs a mapping of partition to offset")
-        for partition, offset in partitions.items():
-            if not (re.fullmatch(r"[0-9]+", str(partition)) and _is_int(offset) and offset >= -2):
-                raise Invalid(expected, f"{topic!r} partition {partition!r}: offset must be an integer >= -2")
-        offsets[topic] = {str(p): o for p, o in partitions.items()}
-    return json.dumps(offsets, separators=(",", ":"))
+    try:
+        offsets = parse_offsets_json(value)
+    except ValueError as exc:
+        raise Invalid(expected, str(exc)) from None
+    return json.dumps(to_offsets_json(offsets), separators=(",", ":"))
 
 
 def _json_object(raw: Any, expected: str) -> dict[str, Any]:
@@ -253,23 +262,25 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-String = Annotated[str, BeforeValidator(_string)]
-SecretString = Annotated[Secret, BeforeValidator(_string), PlainSerializer(str, when_used="json")]
-Boolean = Annotated[bool, BeforeValidator(_boolean)]
-PositiveInt = Annotated[int, BeforeValidator(_positive_int)]
-Port = Annotated[int, BeforeValidator(_port)]
-Duration = Annotated[float, BeforeValidator(_duration)]
-PositiveDuration = Annotated[float, BeforeValidator(_duration), AfterValidator(_positive)]
-FilePath = Annotated[str, BeforeValidator(_path)]
-BootstrapServers = Annotated[str, BeforeValidator(_bootstrap_servers)]
-Topic = Annotated[str, BeforeValidator(_topic)]
-TopicList = Annotated[str, BeforeValidator(_topic_list)]  # comma-separated
-GroupList = Annotated[tuple[str, ...], BeforeValidator(_group_list)]
-Columns = Annotated[tuple[str, ...], BeforeValidator(_columns)]
-Regex = Annotated[str, BeforeValidator(_regex)]
-TransformSpec = Annotated[str, BeforeValidator(_transform)]
-Assignment = Annotated[str, BeforeValidator(_assign)]  # compact JSON {"topic": [partitions]}
-StartingOffsets = Annotated[str, BeforeValidator(_starting_offsets)]  # a StartingMode or compact offsets JSON
+String = Annotated[str, BeforeValidator(_string), Kind("string")]
+SecretString = Annotated[Secret, BeforeValidator(_string), PlainSerializer(str, when_used="json"), Kind("secret")]
+Boolean = Annotated[bool, BeforeValidator(_boolean), Kind("boolean")]
+PositiveInt = Annotated[int, BeforeValidator(_positive_int), Kind("integer > 0")]
+Port = Annotated[int, BeforeValidator(_port), Kind("port")]
+Duration = Annotated[float, BeforeValidator(_duration), Kind("duration", duration=True)]
+PositiveDuration = Annotated[float, BeforeValidator(_duration), AfterValidator(_positive),
+                             Kind("duration > 0", duration=True)]
+FilePath = Annotated[str, BeforeValidator(_path), Kind("path")]
+BootstrapServers = Annotated[str, BeforeValidator(_bootstrap_servers), Kind("servers")]
+Topic = Annotated[str, BeforeValidator(_topic), Kind("topic")]
+TopicList = Annotated[str, BeforeValidator(_topic_list), Kind("topics")]  # comma-separated
+GroupList = Annotated[tuple[str, ...], BeforeValidator(_group_list), Kind("group ids")]
+Columns = Annotated[tuple[str, ...], BeforeValidator(_columns), Kind("column names")]
+Regex = Annotated[str, BeforeValidator(_regex), Kind("regex")]
+TransformSpec = Annotated[str, BeforeValidator(_transform), Kind("`module:function`")]
+Assignment = Annotated[str, BeforeValidator(_assign), Kind("JSON")]  # compact JSON {"topic": [partitions]}
+# A StartingMode or compact offsets JSON.
+StartingOffsets = Annotated[str, BeforeValidator(_starting_offsets), Kind("mode or JSON")]
 ProtocolChoice = Annotated[Protocol, choices(Protocol)]
 SaslMechanismChoice = Annotated[SaslMechanism, choices(SaslMechanism)]
 OffsetResetChoice = Annotated[OffsetReset, choices(OffsetReset)]

@@ -43,6 +43,7 @@ from synclib.offsets import (
     parse_offsets_json,
     to_offsets_json,
 )
+from synclib.schema import output_schema
 from synclib.settings.source import SourceOptions
 from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets
 from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager, get_state_from_offsets
@@ -59,17 +60,6 @@ logger = logging.getLogger(__name__)
 FORMAT_NAME = "synchronized_kafka"
 FOLLOWER_CATCH_UP_TIMEOUT_S = 30.0
 
-BASE_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
-)
-HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
-
-
-def output_schema_ddl(include_headers: bool) -> str:
-    return f"{BASE_SCHEMA_DDL}, {HEADERS_DDL}" if include_headers else BASE_SCHEMA_DDL
-
-
 def register(spark: SparkSession) -> None:
     """Make `spark.readStream.format("synchronized_kafka")` available in this session."""
     spark.dataSource.register(SynchronizedKafkaDataSource)
@@ -82,8 +72,8 @@ class SynchronizedKafkaDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT_NAME
 
-    def schema(self) -> str:
-        return output_schema_ddl(SourceOptions.from_spark(self.options).include_headers)
+    def schema(self) -> StructType:
+        return spark_compat.from_arrow_schema(output_schema(SourceOptions.from_spark(self.options).include_headers))
 
     def streamReader(self, schema: StructType) -> SynchronizedKafkaStreamReader:
         return SynchronizedKafkaStreamReader(SourceOptions.from_spark(self.options), schema)

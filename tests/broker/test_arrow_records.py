@@ -24,13 +24,13 @@ from kafka.consumer.fetcher import Fetcher
 
 from synclib.compat.kafka_python import MissingCodecError
 from synclib.kafka import fetch_path, reader
-from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.schema import output_schema
 from tests import mock_cluster
 from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer, transaction
 from tests.support import high_watermarks
 
-SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+SCHEMA = output_schema(include_headers=True)
 LARGE_VALUE = os.urandom(1000) * 600  # 600 kB, compressible
 # topic, produced per partition, end per partition, (first, last) millisecond of producing
 Written = tuple[str, dict[int, list[Produced]], dict[int, int], tuple[int, int]]

@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.schema import output_schema
 from tests import mock_cluster
 from tests.librdkafka import Record, produce_burst, transaction, transactional_producer
 from tests.support import high_watermarks
 
-SCHEMA = KAFKA_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+SCHEMA = output_schema(include_headers=True)
 STALL_TIMEOUT_S = 10.0
 NO_ABORTED_INDEX = ("Tansu 0.6 keeps no aborted-transaction index (fetch responses under read_committed list no "
                     "aborted transactions, so aborted records come back) and answers ListOffsets(read_committed) "

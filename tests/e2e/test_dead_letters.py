@@ -19,17 +19,11 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
+from benchmarks.job_files import delta_batches
+from benchmarks.job_world import JobRun, job_config, wait_for, write_config
+from benchmarks.poison import ERROR_COLUMN
 from synclib.delta import checkpoint
-from tests.job_files import delta_batches
-from tests.job_world import JobRun, job_config, wait_for, write_config
-from tests.poison import (
-    ERROR_COLUMN,
-    EVENTS_PER_PARTITION,
-    POISON,
-    good_rows,
-    poison_rows,
-    produce_poisoned,
-)
+from tests.poison import EVENTS_PER_PARTITION, POISON, good_rows, poison_rows, produce_poisoned
 from tests.support import publish_commit
 
 JOB_TIMEOUT_S = 600.0
@@ -116,7 +110,7 @@ def poisoned_job(producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path
     for partition in (0, 1):
         publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
     return events, write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="tests.poison:parse_events", **sections))
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="benchmarks.poison:parse_events", **sections))
 
 
 @pytest.mark.slow

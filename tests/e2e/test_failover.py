@@ -24,12 +24,12 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
+from benchmarks.job_files import verify_table
+from benchmarks.job_world import LEADER_LAG_S, JobRun, KafkaWorld, wait_for, write_config
 from synclib.embedded.apache_kafka import KafkaCluster
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
 from tests.forwarder_runs import table_offsets
-from tests.job_files import verify_table
-from tests.job_world import LEADER_LAG_S, JobRun, KafkaWorld, wait_for, write_config
 
 RATE = 150  # events/s over 3 partitions
 # The source's deadlines for this run: a kill must be ridden out well within them.

@@ -2,7 +2,7 @@
 checkpoint, broker stalls, a stale leader, malformed input, and no secret in any output.
 
 Job-level tests run the real job (`spark-submit jobs/forwarder.py`) through
-`tests.job_world` and `tests.crash_harness`; source-level ones run a query in the session's Spark.
+`benchmarks.job_world` and `benchmarks.crash_harness`; source-level ones run a query in the session's Spark.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from synclib.delta.writer import DELTA_RS, start_delta_stream
-from tests.crash_harness import CrashHarness
-from tests.job_files import (
+from benchmarks.crash_harness import CrashHarness
+from benchmarks.job_files import (
     DELTA_COMMITTED,
     MAINTENANCE,
     PLANNING,
@@ -36,7 +35,9 @@ from tests.job_files import (
     table_rows,
     verify_table,
 )
-from tests.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
+from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
+from synclib.delta.writer import start_delta_stream
+from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
 from tests.spark.test_source import World, offsets
 from tests.support import produce, publish_commit, publish_raw, wait_until
@@ -78,7 +79,7 @@ def world(bootstrap_servers: str) -> Iterator[KafkaWorld]:
 
 @pytest.mark.slow
 def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(world: KafkaWorld, tmp_path: Path) -> None:
-    """The short CI run of `python -m tests.crash_harness`: one SIGKILL in each window."""
+    """The short CI run of `python -m benchmarks.crash_harness`: one SIGKILL in each window."""
     tally = CrashHarness(world, tmp_path, seed=5).run(kills=4)
     assert tally.kills == Counter({PLANNING: 1, READING: 1, DELTA_COMMITTED: 1, MAINTENANCE: 1}), tally.report()
     assert tally.replays == 1, tally.report()

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 from chispa import assert_df_equality
+from confluent_kafka import Producer
 from deltalake import DeltaTable
-from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from synclib.app.job import start_embedded_afresh
+from synclib.app.embedded_locations import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
@@ -92,13 +92,13 @@ class Job:
         return DeltaTable(self.table).version()
 
 
-def produce_offsets(producer: KafkaProducer, topic: str, partition: int, start: int, end: int) -> None:
+def produce_offsets(producer: Producer, topic: str, partition: int, start: int, end: int) -> None:
     """Records whose key and value name their partition and offset (the topic must be at `start`)."""
     produce(producer, topic, partition,
             [(f"{partition}:{o}".encode(), f"event {partition}:{o}".encode()) for o in range(start, end)])
 
 
-def commit(producer: KafkaProducer, job: Job, offsets: Mapping[int, int]) -> None:
+def commit(producer: Producer, job: Job, offsets: Mapping[int, int]) -> None:
     for partition, offset in offsets.items():
         publish_commit(producer, job.commit_log, GROUP, job.topic, partition, offset)
 
@@ -149,7 +149,7 @@ def embedded_settings(tmp_path: Path) -> dict[str, Any]:
 # --- runs to completion ----------------------------------------------------------------
 
 def test_forwards_each_released_offset_once_across_restarts_replays_and_a_new_checkpoint(
-        spark: SparkSession, producer: KafkaProducer, bootstrap_servers: str,
+        spark: SparkSession, producer: Producer, bootstrap_servers: str,
         new_topic: Callable[..., str], tmp_path: Path) -> None:
     job = Job(tmp_path, bootstrap_servers, new_topic)
     produce_offsets(producer, job.topic, 0, 0, 10)

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
-from kafka import KafkaProducer
 
 from tests import mock_cluster
 from tests.forwarder_runs import run_forwarder, table_offsets, write_config
@@ -92,7 +91,7 @@ def below(produced: Mapping[int, list[Produced]], commits: Mapping[int, int]) ->
     return [r for p in sorted(produced) for r in produced[p] if r.offset < commits[p]]
 
 
-def leader_commits(kafka: KafkaProducer, commit_log: str, topic: str, offsets: Mapping[int, int]) -> None:
+def leader_commits(kafka: Producer, commit_log: str, topic: str, offsets: Mapping[int, int]) -> None:
     for partition, offset in offsets.items():
         publish_commit(kafka, commit_log, GROUP, topic, partition, offset)
 

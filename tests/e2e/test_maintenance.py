@@ -31,19 +31,18 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
+from benchmarks.job_files import MAINTENANCE
 from benchmarks.soak import soak
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
 from synclib.delta.table import latest_synclib_commit, read_table_offsets
 from synclib.delta.writer import (
-    DELTA_RS,
-    DELTA_SPARK,
     DeltaSparkBatchWriter,
     DeltaStreamWriter,
     fit_delta_to_local_master,
 )
 from synclib.settings.job import MaintenanceConfig
-from tests.job_files import MAINTENANCE
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
 ROWS = 10  # per batch
@@ -219,7 +218,7 @@ def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(make_batche
     assert sum(r.compacted_files for r in reports) > 0
     assert batches.offsets() == list(range(total * ROWS))
     assert DeltaTable(batches.table).transaction_version("synclib-q") == total - 1
-    assert read_table_offsets(batches.table) == {"events": {"0": total * ROWS}}
+    assert read_table_offsets(batches.table) == {("events", 0): total * ROWS}
 
 
 def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) -> None:
@@ -275,7 +274,7 @@ def test_a_new_checkpoint_resumes_from_the_table_after_compaction_vacuum_and_log
     assert table.history(1)[0]["operation"] == "VACUUM END"
     assert min(int(e.name[:20]) for e in (Path(batches.table) / "_delta_log").glob("*.json")) == 7
     assert latest_synclib_commit(table)["version"] == 7
-    assert read_table_offsets(batches.table) == {"events": {"0": 8 * ROWS}}
+    assert read_table_offsets(batches.table) == {("events", 0): 8 * ROWS}
     assert table.transaction_version("synclib-q") == 7  # from the checkpoint
     batches.commit(7)  # the replay of the last batch after a crash is skipped
     assert batches.offsets() == list(range(8 * ROWS))

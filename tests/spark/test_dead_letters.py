@@ -15,19 +15,11 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
+from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
 from synclib.delta.dead_letters import Limits, start_with_dead_letters
 from synclib.delta.replay import replay
-from synclib.delta.writer import DELTA_RS, DELTA_SPARK
-from tests.poison import (
-    ERROR_COLUMN,
-    EVENTS_PER_PARTITION,
-    good_rows,
-    parse_events,
-    parse_events_fixed,
-    poison_rows,
-    produce_poisoned,
-    value,
-)
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
 from tests.support import publish_commit
 
 QUERY_TIMEOUT_S = 1200  # delta-spark: minutes per batch at load 25 on 2 cores

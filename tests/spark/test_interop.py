@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 
 from synclib.delta import checkpoint, spark_maintenance
 from synclib.delta.maintenance import run_pass
-from synclib.delta.writer import DELTA_RS, DELTA_SPARK
 from synclib.settings.job import MaintenanceConfig
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
 
 COMPACT_NOW = MaintenanceConfig(min_age="0s", vacuum_retention="0s")

@@ -36,8 +36,6 @@ from pyspark.sql.types import (
 from synclib.delta import checkpoint
 from synclib.delta.table import TableSummary, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
-    DELTA_RS,
-    DELTA_SPARK,
     AddedFiles,
     DeltaStreamWriter,
     arrow_schema,
@@ -46,6 +44,8 @@ from synclib.delta.writer import (
     resolve_engine,
     start_delta_stream,
 )
+from synclib.offsets import to_offsets_json
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 TOPIC = "events"
 BASE_TIME = dt.datetime(2024, 1, 1, 22, 0, tzinfo=dt.timezone.utc)
@@ -244,7 +244,7 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     assert all(add["partitionValues"] == {} and add["size"] > 0 for add in log["add"])
     assert parquet_files(stream.table) == table_files(stream.table)
     assert table_summary(stream.table) == TableSummary(
-        version=1, rows=9, app_id=app_id, batch_id=1, offsets={TOPIC: {"0": 5, "1": 4}})
+        version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
 
 
 def test_a_replayed_batch_is_skipped_and_its_files_removed(stream: Stream) -> None:
@@ -275,7 +275,7 @@ def test_a_batch_without_rows_still_records_its_offsets(stream: Stream) -> None:
 
     log = stream.commit_log(1)
     assert "add" not in log and transactions(log)[0][1] == 1
-    assert read_table_offsets(stream.table) == {TOPIC: {"0": 4}}
+    assert read_table_offsets(stream.table) == {(TOPIC, 0): 4}
     assert_rows(stream, {0: range(2)})
 
 
@@ -288,15 +288,15 @@ def test_a_new_checkpoint_resumes_from_the_offsets_in_the_table(
     stream.offer({0: 4, 1: 3})
 
     starting = read_table_offsets(stream.table)
-    assert starting == {TOPIC: {"0": 3, "1": 1}}
-    stream.run(checkpoint_location=str(tmp_path / "new-checkpoint"), starting=starting)
+    assert starting == {(TOPIC, 0): 3, (TOPIC, 1): 1}
+    stream.run(checkpoint_location=str(tmp_path / "new-checkpoint"), starting=to_offsets_json(starting))
 
     assert_rows(stream, {0: range(4), 1: range(3)})
     summary = table_summary(stream.table)
     assert summary is not None
     assert (summary.version, summary.batch_id, summary.rows) == (1, 0, 7)
     assert summary.app_id == "synclib-" + checkpoint.query_id(str(tmp_path / "new-checkpoint"))
-    assert summary.offsets == {TOPIC: {"0": 4, "1": 3}}
+    assert summary.offsets == {(TOPIC, 0): 4, (TOPIC, 1): 3}
 
 
 def test_partition_by_date_uses_the_utc_date_in_any_session_time_zone(stream: Stream) -> None:
@@ -344,7 +344,7 @@ def test_commit_skips_a_batch_without_rows_whose_offsets_did_not_move(tmp_path: 
 
     assert DeltaTable(table).version() == 0
     assert DeltaTable(table).transaction_version("synclib-q1") == 0
-    assert read_table_offsets(table) == {"events": {"0": 7}}
+    assert read_table_offsets(table) == {("events", 0): 7}
 
 
 def test_partition_values_with_any_characters_round_trip(tmp_path: Path) -> None:
@@ -402,7 +402,7 @@ def test_table_offsets_are_found_in_delta_spark_user_metadata_behind_other_commi
         custom_metadata={"userMetadata": user}))
     write_deltalake(table, data, mode="append")  # e.g. a manual fix-up, no synclib metadata
 
-    assert read_table_offsets(table) == {"events": {"0": 2}}
+    assert read_table_offsets(table) == {("events", 0): 2}
     summary = table_summary(table)
     assert summary is not None
     assert (summary.version, summary.rows, summary.app_id, summary.batch_id) == (1, 2, "synclib-q", 4)

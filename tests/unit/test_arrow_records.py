@@ -23,7 +23,8 @@ from kafka.structs import TopicPartition
 
 from synclib.compat import kafka_python
 from synclib.kafka import fetch_path
-from synclib.kafka.arrow_records import HEADERS_TYPE, KAFKA_SCHEMA, DecodedRecords, arrow_partition_records
+from synclib.kafka.arrow_records import DecodedRecords, arrow_partition_records
+from synclib.schema import HEADERS_TYPE, KAFKA_SCHEMA
 
 TP = TopicPartition("events", 3)
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4

@@ -12,6 +12,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType, TimestampType
 
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
+from synclib.schema import output_schema
 
 
 def test_the_installed_versions_are_the_tested_ones() -> None:
@@ -46,3 +47,14 @@ def test_spark_schemas_become_arrow_schemas_with_utc_timestamps() -> None:
     schema = StructType([StructField("value", BinaryType()), StructField("timestamp", TimestampType())])
     assert spark_compat.to_arrow_schema(schema) == pa.schema(
         [("value", pa.binary()), ("timestamp", pa.timestamp("us", tz="UTC"))])
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_the_output_schema_is_spark_kafka_sources_and_converts_back_to_itself(include_headers: bool) -> None:
+    spark_schema = spark_compat.from_arrow_schema(output_schema(include_headers))
+
+    assert spark_schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int" + (",headers:array<struct<key:string,value:binary>>>" if include_headers else ">"))
+    assert all(field.nullable for field in spark_schema.fields)
+    assert spark_compat.to_arrow_schema(spark_schema) == output_schema(include_headers)

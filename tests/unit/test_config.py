@@ -313,6 +313,8 @@ BAD_CONFIGS = [
      "not valid JSON"),
     ("bad offsets shape", {"source.starting_offsets": '{"events": [1]}'}, "source.starting_offsets",
      "mapping of partition to offset"),
+    ("bad offset", {"source.starting_offsets": {"events": {"0": -3}}}, "source.starting_offsets",
+     "'events' partition '0': offset must be an integer >= -2"),
     ("offsets of other topic", {"source.starting_offsets": {"other": {"0": 1}}}, "source.starting_offsets",
      "'other' is not subscribed"),
     ("bad assign", {"source.subscribe": DELETE, "source.assign": "{\"events\": [0, 0]}"}, "source.assign",

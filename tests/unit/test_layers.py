@@ -33,7 +33,8 @@ SPARK = ("pyspark", "py4j")
 SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
-    "synclib.source.datasource", "synclib.delta.writer", "synclib.app.job",
+    "synclib.source.datasource", "synclib.delta.writer",
+    "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
@@ -113,6 +114,15 @@ def test_no_module_imports_a_higher_layer_a_sibling_spark_or_dev_tooling() -> No
     problems = violations(package_imports())
 
     assert not problems, "\n".join(problems)
+
+
+def test_benchmarks_never_import_the_tests() -> None:
+    """Dev tooling has its order too: tests import benchmarks, benchmarks import synclib only."""
+    found = [f"{i.module} (line {i.line}) imports {i.target}" for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+             for i in imports(module_name(path), path.read_text(encoding="utf-8"), path.name == "__init__.py")
+             if i.target.split(".")[0] == "tests"]
+
+    assert found == []
 
 
 @pytest.mark.parametrize(("module", "source", "problem"), [

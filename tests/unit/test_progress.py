@@ -55,7 +55,7 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
 
 def test_the_summary_compares_what_was_written_with_what_the_leader_committed() -> None:
     summary = TableSummary(version=3, rows=30, app_id="synclib-q", batch_id=3,
-                           offsets={"events": {"0": 20, "1": 10}})
+                           offsets={("events", 0): 20, ("events", 1): 10})
     state = PlannerStatus.from_json({"partitions": [
         {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 18,
          "leader_offset": 20, "high_watermark": 25, "stale": False},

@@ -1,6 +1,6 @@
 """What the forwarder job's files say, read while it is frozen or after it is killed: the window
 it is in (from Spark's checkpoint and the Delta log; the windows are described in
-`tests.crash_harness`), and the Delta table checked against the leader's commits."""
+`benchmarks.crash_harness`), and the Delta table checked against the leader's commits."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ class Verdict:
 def verify_table(table: Path, topic: str, committed: Mapping[int, int]) -> Verdict:
     """Check the table's rows of `topic` against the leader's `committed` offsets and its own record."""
     rows = table_rows(table)
-    recorded = {int(p): end for p, end in ((read_table_offsets(str(table)) or {}).get(topic) or {}).items()}
+    recorded = {p: end for (t, p), end in (read_table_offsets(str(table)) or {}).items() if t == topic}
     return Verdict(
         rows=sum(rows.values()),
         duplicates=sum(n - 1 for n in rows.values() if n > 1),

@@ -1,6 +1,6 @@
 """Crash the forwarder anywhere; prove "exactly the leader's committed events, exactly once".
 
-    python -m tests.crash_harness --kills 20 [--seed N] [--keep DIR]
+    python -m benchmarks.crash_harness --kills 20 [--seed N] [--keep DIR]
 
 Runs the real job (`spark-submit jobs/forwarder.py --config <yaml>`) against a live
 `EventProducer` and `SimulatedLeader` on its own embedded broker (or on
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.job_files import (
+from benchmarks.job_files import (
     DELTA_COMMITTED,
     MAINTENANCE,
     PLANNING,
@@ -54,7 +54,7 @@ from tests.job_files import (
     delta_batches,
     verify_table,
 )
-from tests.job_world import HarnessError, JobRun, KafkaWorld, wait_for, write_config
+from benchmarks.job_world import HarnessError, JobRun, KafkaWorld, wait_for, write_config
 
 JOB_START_TIMEOUT_S = 180.0
 WINDOW_TIMEOUT_S = 120.0
@@ -225,7 +225,7 @@ def _later(batch: int | None, than: int | None) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.crash_harness", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.crash_harness", description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="write the job's files here and keep them")

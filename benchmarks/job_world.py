@@ -1,5 +1,5 @@
-"""The forwarder job under test and the Kafka world it runs against, for the crash harness and
-job-level fault tests: `JobRun`, one `spark-submit jobs/forwarder.py` process session that can
+"""The forwarder job under test and the Kafka world it runs against, for the crash harness, the
+soak and job-level fault tests: `JobRun`, one `spark-submit jobs/forwarder.py` process session that can
 be frozen, resumed and killed whole; `KafkaWorld`, an events topic with a live `EventProducer`
 and a `SimulatedLeader` on its own embedded broker (or on a given one); the job's YAML config."""
 
@@ -10,24 +10,26 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from synclib.embedded import jvm
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
-from tests.forwarder_runs import delta_spark_options
-from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)  # the venv's: synclib and pyspark are installed there
 SPARK_SUBMIT = PYTHON.parent / "spark-submit"
 FORWARDER = ROOT / "jobs" / "forwarder.py"
 SPARK_CONF = ("spark.ui.enabled=false", "spark.sql.shuffle.partitions=2")
+
+T = TypeVar("T")
 
 LEADER_GROUP = "snuba-consumers"
 # The leader commits events this long after they arrive: well behind the producer and longer
@@ -71,14 +73,37 @@ def _signal(pids: Sequence[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, job: JobRun | None = None,
-             interval_s: float = 0.05) -> Any:
-    """`wait_until`, failing at once (with the job's last output) if `job` exits meanwhile."""
-    def check() -> Any:
+def wait_for(condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition",
+             job: JobRun | None = None, interval_s: float = 0.05) -> T:
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline, or
+    at once (with the job's last output) if `job` exits meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         if job is not None and job.returncode is not None:
             raise HarnessError(f"the job exited ({job.returncode}) while waiting for {what}\n{job.tail()}")
-        return condition()
-    return wait_until(check, timeout_s, what, interval_s)
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise HarnessError(f"timed out after {timeout_s}s waiting for {what}; last value {result!r}")
+        time.sleep(interval_s)
+
+
+def delta_spark_options(config: Path) -> list[str]:
+    """spark-submit options that put Delta's jars and session extension on the job's classpath
+    when `config` asks for `sink.engine: delta-spark` (as ./spark-submit.sh always does); none
+    otherwise, so `auto` resolves to delta-rs as on a bare spark-submit."""
+    try:
+        loaded = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):  # the tests of missing and invalid configs
+        return []
+    sink = loaded.get("sink") if isinstance(loaded, dict) else None
+    if not isinstance(sink, dict) or sink.get("engine") != "delta-spark":
+        return []
+    options = ["--jars", ",".join(jvm.jars(jvm.DELTA))]
+    for key, value in jvm.DELTA_SESSION_CONF.items():
+        options += ["--conf", f"{key}={value}"]
+    return options
 
 
 class JobRun:
@@ -133,8 +158,8 @@ class JobRun:
         while new := _session_pids(self._process.pid) - self._frozen:
             _signal(sorted(new), signal.SIGSTOP)
             self._frozen |= new
-        wait_until(lambda: all(_process_state(p) in (None, b"T", b"t", b"Z") for p in self._frozen),
-                   10.0, "the frozen job to stop", interval_s=0.001)
+        wait_for(lambda: all(_process_state(p) in (None, b"T", b"t", b"Z") for p in self._frozen),
+                 10.0, "the frozen job to stop", interval_s=0.001)
 
     def thaw(self) -> None:
         _signal(sorted(self._frozen), signal.SIGCONT)
@@ -143,7 +168,7 @@ class JobRun:
     def kill(self) -> None:
         """SIGKILL the whole session and wait until none of it is left."""
         sid = self._process.pid
-        wait_until(lambda: not _kill_all(sid), 30.0, "the killed job to go away", interval_s=0.02)
+        wait_for(lambda: not _kill_all(sid), 30.0, "the killed job to go away", interval_s=0.02)
         self._process.wait(30)
         self._frozen.clear()
 
@@ -214,7 +239,7 @@ class KafkaWorld:
         self.producer.stop()
         self.producer.check()
         produced = self.producer.produced()
-        wait_until(lambda: self.committed() == produced, timeout_s, f"the leader to commit {produced}")
+        wait_for(lambda: self.committed() == produced, timeout_s, f"the leader to commit {produced}")
         return produced
 
     def stop(self) -> None:

@@ -1,0 +1,248 @@
+"""One run of the forwarder's streaming query: start it, report progress, stop it gracefully
+on a signal (or at the end of an embedded run), and sum it up or name the batch it failed in."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from contextlib import AbstractContextManager, ExitStack
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from synclib.app.monitoring import Monitoring
+from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
+from synclib.app.resume import starting_offsets_from_table
+from synclib.app.signals import StopRequest
+from synclib.app.status import advertise_embedded_broker
+from synclib.compat.pyspark import failed_batch_offsets, is_connect
+from synclib.delta import maintenance
+from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.delta.table import table_summary
+from synclib.delta.writer import resolve_engine, start_delta_stream
+from synclib.embedded.world import EmbeddedWorld
+from synclib.offsets import parse_offsets_json
+from synclib.settings import ForwarderConfig
+from synclib.settings.values import DELTA_SPARK
+from synclib.source.datasource import FORMAT_NAME, register
+from synclib.source.status import PlannerStatus
+
+logger = logging.getLogger("synclib.forwarder")
+
+EXIT_OK, EXIT_FAILED = 0, 1
+GRACEFUL_STOP_TIMEOUT_S = 120.0
+SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
+QUERY_NAME = "synclib_forwarder"
+
+
+class Forwarder:
+    """One run of the streaming query, with progress output, a graceful stop and a summary."""
+
+    def __init__(self, config: ForwarderConfig, transform: Transform | None) -> None:
+        self.config = config
+        self.transform = transform
+        self.dead_letters: DeadLetterBatches | None = None  # with sink.dead_letters
+        source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
+        self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
+                                     stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
+                                                       source.read_stall_timeout) + config.trigger.processing_time)
+
+    def run(self) -> int:
+        spark = self._session()
+        stop = StopRequest()
+        stop.install(spark)
+        with ExitStack() as resources:
+            resources.enter_context(self.monitoring)
+            bootstrap = self.config.kafka.bootstrap_servers
+            run_for: float | None = None
+            if self.config.kafka.embedded:
+                assert self.config.embedded is not None
+                bootstrap = resources.enter_context(embedded_world(self.config)).bootstrap_servers
+                # `python -m synclib status` finds the embedded broker there
+                resources.enter_context(advertise_embedded_broker(self.config.checkpoint.location, bootstrap))
+                run_for = self.config.embedded.run_for
+            status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
+            status_path = os.path.join(status_dir, "status.json")
+            if stop.event.is_set():
+                return self._finish(status_path, f"{stop.reason} before the query started")
+            query = self.start(spark, bootstrap, status_path)
+            resources.enter_context(self._maintenance(spark))
+            return self._watch(query, stop, run_for, status_path)
+
+    @staticmethod
+    def _session() -> SparkSession:
+        spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
+        if is_connect(spark):
+            logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
+        elif not spark.sparkContext.getConf().contains("spark.log.level"):
+            spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
+        return spark
+
+    def source_options(self, bootstrap: str, status_path: str) -> dict[str, str]:
+        options = self.config.source_options(bootstrap)
+        options["statusFile"] = status_path
+        starting = starting_offsets_from_table(self.config)
+        if starting is not None:
+            options["startingOffsets"] = starting
+        return options
+
+    def start(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
+        """Start the query: the `synchronized_kafka` source, the transform, the Delta sink."""
+        register(spark)
+        df = (spark.readStream.format(FORMAT_NAME)
+              .options(**self.source_options(bootstrap, status_path)).load())
+        if self.config.sink.dead_letters.enabled:  # the transform is applied per batch there
+            return self._start_with_dead_letters(df)
+        if self.transform is not None:
+            df = self.transform(df)
+        sink = self.config.sink
+        return start_delta_stream(
+            df, path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
+            partition_by=sink.partition_by, partition_by_date=sink.partition_by_date, trigger=self._trigger(),
+            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
+
+    def _start_with_dead_letters(self, df: DataFrame) -> StreamingQuery:
+        """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
+        sink = self.config.sink
+        options = sink.dead_letters
+        query, self.dead_letters = start_with_dead_letters(
+            df, self.transform, path=sink.path, dead_letters_path=sink.dead_letters_path,
+            checkpoint_location=self.config.checkpoint.location, error_column=options.error_column,
+            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows),
+            engine=sink.engine, partition_by=sink.partition_by, partition_by_date=sink.partition_by_date,
+            trigger=self._trigger(), query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
+        return query
+
+    def _trigger(self) -> dict[str, str | bool]:
+        trigger = self.config.trigger
+        if trigger.available_now:
+            return {"availableNow": True}
+        return {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"}
+
+    def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
+        """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled),
+        each pass reported in the progress output and the log."""
+        options, path = self.config.sink.maintenance, self.config.sink.path
+        if not options.enabled:
+            return contextlib.nullcontext()
+        on_pass = [lambda report: self.monitoring.maintenance_run()]
+        if self.config.logging.progress:
+            on_pass.append(lambda report: print(report.summary(), flush=True))
+        spark_pass = None
+        if resolve_engine(spark, self.config.sink.engine) == DELTA_SPARK:
+            spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
+        return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
+
+    def _watch(self, query: StreamingQuery, stop: StopRequest, run_for: float | None, status_path: str) -> int:
+        reporter = ProgressReporter()
+        started = time.monotonic()
+        reason = "Trigger.AvailableNow: everything releasable at the start was forwarded"
+        try:
+            # PySpark takes fractional seconds (it waits int(timeout * 1000) ms); its annotation says int.
+            while not query.awaitTermination(self.config.logging.progress_interval):  # type: ignore[arg-type]
+                self._report(query, reporter, status_path)
+                if stop.event.is_set():
+                    reason = stop.reason or "stop requested"
+                elif run_for is not None and time.monotonic() - started >= run_for:
+                    reason = f"embedded.run_for ({run_for:g}s) elapsed"
+                else:
+                    continue
+                self._stop_gracefully(query)
+                break
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            self._report(query, reporter, status_path)
+            print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
+                  file=sys.stderr, flush=True)
+            failed = failed_batch(exc)
+            if failed:
+                print(f"forwarder: the failed micro-batch covers {failed}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        self._report(query, reporter, status_path)
+        headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
+                    f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
+        if self.dead_letters is not None:
+            headline += dead_letters_note(sum(self.dead_letters.total.values()), self.config.sink.dead_letters_path)
+        return self._finish(status_path, headline)
+
+    def _report(self, query: StreamingQuery, reporter: ProgressReporter, status_path: str) -> None:
+        # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
+        progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows} for p in query.recentProgress]
+        status = PlannerStatus.read(status_path)
+        letters = self.dead_letters
+        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
+        if not self.config.logging.progress:
+            return
+        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch):
+            print(line, flush=True)
+
+    @staticmethod
+    def _stop_gracefully(query: StreamingQuery) -> None:
+        """Stop once the batch in flight has finished (or at once between triggers).
+
+        A query falling behind its trigger starts the next batch right away; that one is then
+        interrupted before its Delta commit and replayed, exactly once, at the next start.
+        """
+        def last() -> tuple[int, str] | None:
+            progress = query.lastProgress
+            return None if progress is None else (progress.batchId, progress.timestamp)
+
+        in_flight = last()
+        deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
+        while (query.status["isTriggerActive"] and last() == in_flight
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        query.stop()
+
+    def _finish(self, status_path: str, headline: str) -> int:
+        path = self.config.sink.path
+        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline), flush=True)
+        return EXIT_OK
+
+
+def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:
+    """The embedded broker, producer and simulated leader of `config.embedded` (not started)."""
+    embedded = config.embedded
+    assert embedded is not None
+    world = EmbeddedWorld(
+        events_topic=config.source.topics[0],
+        commit_log_topic=config.source.commit_log_topic or "commit-log",
+        leader_group=config.source.commit_groups[0],
+        partitions=embedded.partitions,
+        events_per_second=embedded.events_per_second,
+        event_bytes=embedded.event_bytes,
+        leader_lag=embedded.leader_lag,
+        leader_commit_interval=embedded.leader_commit_interval,
+    )
+    logger.info("embedded world: broker, producer at %s events/s, leader %r lagging %.1fs",
+                embedded.events_per_second, config.source.commit_groups[0], embedded.leader_lag)
+    return world
+
+
+def failed_batch(exc: BaseException) -> str | None:
+    """The Kafka offsets of the micro-batch a query failed in, e.g. `events[0] offsets [5, 9)`,
+    from the JVM's StreamingQueryException (one JSON, or `-`, per source in `[...]`); None
+    when unknown (Spark Connect, or a failure outside a batch)."""
+    offsets = failed_batch_offsets(exc)
+    if offsets is None:
+        return None
+    try:
+        start, end = (text[1:-1] for text in offsets)
+        first = {} if start == "-" else parse_offsets_json(start)
+        last = parse_offsets_json(end)
+    except ValueError:  # any other shape (several sources, not Kafka's): nothing to add to the error
+        return None
+    ranges = []
+    for (topic, partition), stop in sorted(last.items()):
+        begin = first.get((topic, partition))
+        if begin is None:
+            ranges.append(f"{topic}[{partition}] offsets below {stop}")
+        elif begin != stop:
+            ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
+    return ", ".join(ranges) or None

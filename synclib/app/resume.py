@@ -1,0 +1,27 @@
+"""Where a run resumes from: Spark's checkpoint, or the table's own offsets when the
+checkpoint is new (lost or replaced) and the table already holds synclib batches."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from synclib.delta import checkpoint, table
+from synclib.offsets import to_offsets_json
+from synclib.settings import ForwarderConfig
+
+logger = logging.getLogger("synclib.forwarder")
+
+
+def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
+    """The `startingOffsets` option (Spark's offsets JSON) the table's latest synclib commit
+    gives a new checkpoint (`sink.resume_from_table`); None when the checkpoint, or
+    `source.starting_offsets` for a new table, decides."""
+    if not config.sink.resume_from_table or checkpoint.query_id(config.checkpoint.location) is not None:
+        return None
+    recorded = table.read_table_offsets(config.sink.path)
+    if not recorded:
+        return None
+    starting = json.dumps(to_offsets_json(recorded))
+    logger.info("new checkpoint on an existing table: resuming from the table's offsets %s", starting)
+    return starting

@@ -1,0 +1,90 @@
+"""./spark-submit.sh splits its arguments: spark-submit's own options to spark-submit, the rest to the job.
+
+The script runs with a stand-in venv (its `spark-submit` records its arguments), JVM directory and Java.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FORWARDER = str(ROOT / "jobs" / "forwarder.py")
+
+
+def executable(path: Path, script: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+
+
+def cksum(path: Path) -> str:
+    with open(path, "rb") as file:
+        return subprocess.run(["cksum"], stdin=file, capture_output=True, text=True, check=True).stdout
+
+
+def launch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ./spark-submit.sh with `args`; the result and the arguments spark-submit got."""
+    venv, jvm, received = tmp_path / "venv", tmp_path / "jvm", tmp_path / "spark-submit-args"
+    executable(venv / "bin" / "python", f'exec {sys.executable} "$@"')
+    executable(venv / "bin" / "spark-submit", f"printf '%s\\0' \"$@\" > {received}")
+    (venv / ".synclib-installed").write_text(cksum(ROOT / "pyproject.toml"))
+    for conf in ("delta", "spark-kafka"):
+        (jvm / conf).mkdir(parents=True)
+        (jvm / conf / f"{conf}.jar").touch()
+        (jvm / conf / ".fetched").write_text(cksum(ROOT / "jvm" / "ivy.xml"))
+    executable(tmp_path / "java" / "bin" / "java", """echo 'openjdk version "17.0.2"' >&2""")
+    env = {**os.environ, "SYNCLIB_VENV": str(venv), "SYNCLIB_JVM_DIR": str(jvm), "JAVA_HOME": str(tmp_path / "java")}
+    result = subprocess.run([str(ROOT / "spark-submit.sh"), *args], env=env, capture_output=True, text=True,
+                            timeout=60)
+    return result, received.read_text().split("\0")[:-1] if received.exists() else []
+
+
+@pytest.mark.parametrize(("args", "to_spark", "to_job"), [
+    pytest.param([], [], [FORWARDER], id="embedded-default"),
+    pytest.param(["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--config", "c.yaml"],
+                 ["--master", "local[2]", "--conf", "spark.ui.enabled=false"], [FORWARDER, "--config", "c.yaml"],
+                 id="local"),
+    pytest.param(["--set", "a=1", "--driver-memory", "2g", "--available-now", "--healthcheck-file=/tmp/h",
+                  "--a-new-flag", "x", "-v", "--conf=spark.x=y"],
+                 ["--driver-memory", "2g", "-v", "--conf", "spark.x=y"],
+                 [FORWARDER, "--set", "a=1", "--available-now", "--healthcheck-file=/tmp/h", "--a-new-flag", "x"],
+                 id="job-options-anywhere"),
+    pytest.param(["--packages=io.delta:delta-spark_4.2_2.13:4.4.0", "--config", "c.yaml", "jobs/benchmark.py",
+                  "--runs", "3", "--master", "local[1]"],
+                 ["--packages", "io.delta:delta-spark_4.2_2.13:4.4.0"],
+                 ["jobs/benchmark.py", "--config", "c.yaml", "--runs", "3", "--master", "local[1]"], id="other-job"),
+    pytest.param(["jobs/dead_letters.py", "--config", "F", "list", "--where", "error_class = 'X'"], [],
+                 ["jobs/dead_letters.py", "--config", "F", "list", "--where", "error_class = 'X'"], id="dead-letters"),
+])
+def test_spark_submit_options_go_to_spark_submit_and_the_rest_to_the_job(
+        tmp_path: Path, args: list[str], to_spark: list[str], to_job: list[str]) -> None:
+    result, received = launch(tmp_path, *args)
+
+    assert result.returncode == 0, result.stderr
+    user_spark_args, job = len(received) - len(to_job) - len(to_spark), len(received) - len(to_job)
+    assert (received[user_spark_args:job], received[job:]) == (to_spark, to_job)
+    assert received[:2] == ["--conf", "spark.log.level=WARN"]  # the defaults come first: the user's win
+
+
+def test_a_cluster_gets_synclib_and_extra_files_and_chooses_its_own_python(tmp_path: Path) -> None:
+    result, received = launch(tmp_path, "--master", "yarn", "--deploy-mode=cluster", "--py-files", "extra.zip",
+                              "--jars", "/x.jar", "--archives", "env.tar.gz#env", "--config", "cluster.yaml")
+
+    assert result.returncode == 0, result.stderr
+    options = dict(zip(received[:-3:2], received[1:-3:2], strict=True))
+    assert options["--py-files"] == f"{tmp_path / 'venv' / 'synclib.zip'},extra.zip"
+    assert options["--jars"] == f"{tmp_path}/jvm/delta/delta.jar,{tmp_path}/jvm/spark-kafka/spark-kafka.jar,/x.jar"
+    assert not any("spark.pyspark" in arg for arg in received)  # cluster mode, a non-local master
+    assert received[-5:] == ["--archives", "env.tar.gz#env", FORWARDER, "--config", "cluster.yaml"]
+
+
+def test_a_spark_submit_option_without_its_value_is_refused(tmp_path: Path) -> None:
+    result, received = launch(tmp_path, "--config", "c.yaml", "--master")
+
+    assert (result.returncode, received) == (1, [])
+    assert "spark-submit.sh: option --master needs a value" in result.stderr
