@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from confluent_kafka import Producer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
 from synclib.embedded.apache_kafka import KafkaCluster
 from synclib.kafka.admin import group_offsets
 from synclib.leader.commitlog import decode_commit
+from tests import librdkafka
 from tests.forwarder_runs import ROOT, forwarder_command, table_offsets, write_config
 from tests.kafka_security import (
     OPENSSL,
@@ -45,6 +47,10 @@ from tests.kafka_security import (
 from tests.support import produce_values, publish_commit
 
 GROUP = "snuba-consumers"
+# kafka-python's names of the profiles' client settings -> librdkafka's (with '_' for '.').
+LIBRDKAFKA_NAMES = {"sasl_plain_username": "sasl_username", "sasl_plain_password": "sasl_password",
+                    "ssl_cafile": "ssl_ca_location", "ssl_certfile": "ssl_certificate_location",
+                    "ssl_keyfile": "ssl_key_location"}
 WRONG_PASSWORD = "not-the-password-93b1"
 # One line within this long: the check's own deadline is kafka.connect_timeout (10s); a
 # rejected credential or certificate is not retried.
@@ -65,6 +71,10 @@ class Profile:
 
     def client_config(self) -> dict[str, Any]:
         return {"bootstrap_servers": self.bootstrap, **self.client}
+
+    def producer(self) -> Producer:
+        """The test's own librdkafka producer, with the same credentials."""
+        return librdkafka.producer(self.bootstrap, **{LIBRDKAFKA_NAMES.get(k, k): v for k, v in self.client.items()})
 
 
 @dataclass(frozen=True)
@@ -150,15 +160,12 @@ def test_the_job_status_commit_log_and_group_commits_work_over_each_protocol(
     suffix = uuid.uuid4().hex[:8]
     events, commit_log, published = f"events-{suffix}", f"commit-log-{suffix}", f"forwarded-{suffix}"
     create_topics(profile, (events, 2), (commit_log, 1), (published, 1))
-    producer = KafkaProducer(**profile.client_config(), acks="all", linger_ms=0)
-    try:
-        for partition in (0, 1):
-            produce_values(producer, events, partition, 6)
-        released = {0: 4, 1: 6}  # the leader has committed these; offsets 4 and 5 of partition 0 wait
-        for partition, offset in released.items():
-            publish_commit(producer, commit_log, GROUP, events, partition, offset)
-    finally:
-        producer.close()
+    producer = profile.producer()
+    for partition in (0, 1):
+        produce_values(producer, events, partition, 6)
+    released = {0: 4, 1: 6}  # the leader has committed these; offsets 4 and 5 of partition 0 wait
+    for partition, offset in released.items():
+        publish_commit(producer, commit_log, GROUP, events, partition, offset)
     group = f"forwarder-{suffix}"
     config = write_config(tmp_path, "job", profile.bootstrap, {
         "subscribe": events, "commit_log_topic": commit_log, "commit_groups": [GROUP],
