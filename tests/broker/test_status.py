@@ -142,7 +142,8 @@ def test_status_of_the_running_embedded_default(tmp_path):
                  "--set", f"checkpoint.location={tmp_path / 'checkpoint'}",
                  "--set", "embedded.partitions=2", "--set", "embedded.events_per_second=20",
                  "--set", "embedded.leader_lag=1s", "--set", "embedded.run_for=null",
-                 "--set", "logging.progress=false"]
+                 "--set", "logging.progress=false",
+                 "--set", f"monitoring.metrics_port={free_port()}"]  # tests may run in parallel (pytest -n)
     job = start_forwarder(ROOT / "conf" / "local.yaml", tmp_path / "forwarder.log", *overrides)
     try:
         wait_until(lambda: job.poll() is not None or table_summary(str(tmp_path / "events")) is not None,

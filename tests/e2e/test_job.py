@@ -26,6 +26,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from synclib.app.embedded_locations import start_embedded_afresh
 from synclib.delta.writer import arrow_schema
+from synclib.embedded.broker import free_port
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
 from synclib.settings import load_config
@@ -143,6 +144,7 @@ def embedded_settings(tmp_path: Path) -> dict[str, Any]:
     settings = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
     settings["sink"]["path"] = str(tmp_path / "table")
     settings["checkpoint"]["location"] = str(tmp_path / "checkpoint")
+    settings["monitoring"]["metrics_port"] = free_port()  # tests may run in parallel (pytest -n)
     return settings
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,18 +23,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from synclib.embedded.broker import free_port
 from tests.forwarder_runs import ROOT, _env, forwarder_command, write_config
 from tests.support import produce_values, publish_commit, wait_until
 
 START_TIMEOUT_S = 240.0
 STALE_AFTER_S = 4.0  # a healthy job touches the file every second (logging.progress_interval)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _age(path: Path) -> float:
@@ -68,7 +62,7 @@ class MonitoredJob:
         config = write_config(tmp_path, "fwd", bootstrap, source)
         self.health = tmp_path / "probe" / "healthy"
         self.table = str(tmp_path / "fwd" / "table")
-        self.port = _free_port()
+        self.port = free_port()
         settings = yaml.safe_load(config.read_text())
         settings["monitoring"] = {"metrics_port": self.port}
         config.write_text(yaml.safe_dump(settings, sort_keys=False))
