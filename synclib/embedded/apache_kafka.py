@@ -243,6 +243,14 @@ class KafkaNode:
         self._process = None
 
 
+def new_cluster_id() -> str:
+    """A random Kafka cluster id (a base64url UUID) that does not start with '-': the storage
+    tool would take such an id for an option (1 in 64 ids; Kafka's own Uuid.randomUuid skips them)."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
+
+
 class KafkaCluster:
     """A KRaft cluster of `nodes` combined broker+controller processes on loopback.
 
@@ -274,7 +282,7 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 90.0) -> KafkaCluster:
         quorum = ",".join(f"{n.node_id}@{LOOPBACK}:{n.controller_port}" for n in self.nodes)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         started = time.monotonic()
         try:
             for node in self.nodes:
