@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import yaml
 
 from synclib.embedded import jvm
-from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
+from synclib.embedded.broker import EmbeddedBroker
 from synclib.embedded.leader import SimulatedLeader
-from synclib.embedded.world import EventProducer
+from synclib.embedded.world import EventProducer, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)  # the venv's: synclib and pyspark are installed there
@@ -213,16 +213,9 @@ class KafkaWorld:
     def start(self) -> KafkaWorld:
         if self.broker is not None:
             self.broker.start()
-        admin = TopicAdmin(self.bootstrap)
-        try:
-            admin.create(self.events, self.partitions)
-            admin.create(self.commit_log, 1)
-        finally:
-            admin.close()
-        client = {"bootstrap_servers": [self.bootstrap]}
-        self.producer = EventProducer(self.events, client, rate=self.rate, event_bytes=self.event_bytes).start()
-        self.leader = SimulatedLeader(self.events, self.commit_log, client, group=self.group,
-                                      lag=LEADER_LAG_S, commit_interval=0.5).start()
+        self.producer, self.leader = simulate(self.bootstrap, self.events, self.commit_log, self.partitions,
+                                              rate=self.rate, event_bytes=self.event_bytes, group=self.group,
+                                              lag=LEADER_LAG_S, commit_interval=0.5)
         return self
 
     def config(self, directory: Path, **sections: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
+from synclib.embedded.broker import TopicAdmin
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.simulation import Record, Worker, send_ending_single
 from synclib.kafka.client_config import for_producer
@@ -148,6 +149,24 @@ def _client_kwargs(client_config: str | Mapping[str, Any]) -> Mapping[str, Any]:
     return client_config
 
 
+def simulate(bootstrap_servers: str, events_topic: str, commit_log_topic: str, partitions: int, *,
+             rate: float, event_bytes: int, group: str, lag: float,
+             commit_interval: float) -> tuple[EventProducer, SimulatedLeader]:
+    """Create the events and commit-log topics on a running broker and start a producer at
+    `rate` events/s and a leader `group` committing `lag` seconds behind it."""
+    admin = TopicAdmin(bootstrap_servers)
+    try:
+        admin.create(events_topic, partitions)
+        admin.create(commit_log_topic, 1)
+    finally:
+        admin.close()
+    client = {"bootstrap_servers": [bootstrap_servers]}
+    producer = EventProducer(events_topic, client, rate=rate, event_bytes=event_bytes).start()
+    leader = SimulatedLeader(events_topic, commit_log_topic, client, group=group, lag=lag,
+                             commit_interval=commit_interval).start()
+    return producer, leader
+
+
 class EmbeddedWorld:
     """The embedded default's world: a local broker, the events and commit-log topics, a
     producer at `events_per_second` and a leader group committing with `leader_lag`."""
@@ -181,20 +200,11 @@ class EmbeddedWorld:
         return self.broker.bootstrap_servers
 
     def start(self) -> EmbeddedWorld:
-        from synclib.embedded.broker import TopicAdmin
-
         self.broker.start()
-        admin = TopicAdmin(self.bootstrap_servers)
-        try:
-            admin.create(self.events_topic, self.partitions)
-            admin.create(self.commit_log_topic, 1)
-        finally:
-            admin.close()
-        client = {"bootstrap_servers": [self.bootstrap_servers]}
-        self.producer = EventProducer(self.events_topic, client, rate=self.events_per_second,
-                                      event_bytes=self.event_bytes).start()
-        self.leader = SimulatedLeader(self.events_topic, self.commit_log_topic, client, group=self.leader_group,
-                                      lag=self.leader_lag, commit_interval=self.leader_commit_interval).start()
+        self.producer, self.leader = simulate(
+            self.bootstrap_servers, self.events_topic, self.commit_log_topic, self.partitions,
+            rate=self.events_per_second, event_bytes=self.event_bytes, group=self.leader_group,
+            lag=self.leader_lag, commit_interval=self.leader_commit_interval)
         return self
 
     def stop(self) -> None:
