@@ -3,9 +3,10 @@
 the one leading the commit-log partition, restart them, then restart all three one by one
 (controlled shutdowns). A producer (acks=all, retrying) and a simulated leader run all along.
 Forwarding resumes within the source's deadlines, and the table holds every offset the leader
-released exactly once and nothing beyond. The timeline (fault -> the first Delta commit holding
-events the leader released after it, rows/s over 6 s before and after) is printed and written to
-<tmp>/failover-timeline.json with the planner's retry warnings and any failed task or query.
+released exactly once and nothing beyond. The timeline (fault -> the leader has released every
+event produced before the fault -> the table holds them; rows/s over 6 s before and after) is
+printed and written to <tmp>/failover-timeline.json with the planner's retry warnings and any
+failed task or query. A fault not ridden out says which side stalled, the leader or the forwarder.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
 from benchmarks.job_files import verify_table
-from benchmarks.job_world import LEADER_LAG_S, JobRun, KafkaWorld, wait_for, write_config
+from benchmarks.job_world import LEADER_LAG_S, HarnessError, JobRun, KafkaWorld, wait_for, write_config
 from synclib.embedded.apache_kafka import KafkaCluster
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
@@ -34,7 +36,8 @@ from tests.forwarder_runs import table_offsets
 RATE = 150  # events/s over 3 partitions
 # The source's deadlines for this run: a kill must be ridden out well within them.
 DEADLINE_S = 60.0
-RESUME_MAX_S = DEADLINE_S
+RESUME_MAX_S = DEADLINE_S  # from the leader's first release after a fault to the table holding it
+LEADER_RECOVERY_S = 120.0  # the simulated leader's own clients (kafka-python) riding out the fault
 STEADY_S = 6.0
 JOB_START_S = 300.0  # spark-submit to the first Delta commit; minutes on a loaded 2-core machine
 
@@ -88,11 +91,14 @@ class ReplicatedWorld(KafkaWorld):
 
 @dataclass
 class Sampler:
-    """The table's recorded end offsets over time, polled on a thread."""
+    """The table's recorded end offsets and the leader's released offsets (sums over the
+    partitions) over time, polled on a thread."""
 
     table: Path
     topic: str
+    released: Callable[[], int]
     samples: list[tuple[float, int]] = field(default_factory=list)
+    releases: list[tuple[float, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def forwarded(self) -> int:
@@ -100,6 +106,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):
+            self.releases.append((time.monotonic(), self.released()))
             try:
                 self.samples.append((time.monotonic(), self.forwarded()))
             except Exception:  # noqa: BLE001 - a table mid-commit: the next sample
@@ -121,6 +128,23 @@ class Sampler:
     def rate(self, start: float, end: float) -> float:
         return (self.at(end) - self.at(start)) / max(end - start, 1e-9)
 
+    def first_release(self, moment: float, at_least: int) -> float | None:
+        """When, after `moment`, the leader had released `at_least` events (None: not yet)."""
+        return next((t for t, n in self.releases if t > moment and n >= at_least), None)
+
+    def stall(self, moment: float) -> str:
+        """Which side stopped after `moment`: the leader's releases and the table's offsets,
+        each with the time of its last advance."""
+        def since(series: list[tuple[float, int]]) -> str:
+            after = [(t, n) for t, n in series if t > moment]
+            if not after:
+                return "no sample"
+            first = after[0][1]
+            moved = [t for (_, previous), (t, n) in pairwise(after) if n != previous]
+            last = f"last advance at +{moved[-1] - moment:.1f}s" if moved else "no advance"
+            return f"{first} -> {after[-1][1]} ({last})"
+        return f"the leader released {since(self.releases)}; the table holds {since(self.samples)}"
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
@@ -139,23 +163,36 @@ def test_broker_kills_and_a_rolling_restart_under_a_running_forwarder_lose_and_d
             logging={"level": "INFO", "progress": True, "progress_interval": "1s"}))
         job = JobRun(config, tmp_path, "job")
         try:
-            with Sampler(tmp_path / "table", world.events) as sampler:
+            leader = world.leader
+            assert leader is not None
+            with Sampler(tmp_path / "table", world.events, lambda: sum(leader.committed().values())) as sampler:
                 wait_for(lambda: sampler.forwarded() > 0, JOB_START_S, "the first rows in the table", job)
 
                 def fault(name: str, act: Any) -> None:
-                    """`act`, then wait until the table holds events the leader released after it."""
+                    """`act`; wait until the leader has released every event produced before it, then
+                    until the table holds them: the forwarder's part must fit the source's deadlines."""
                     released = sum(world.committed().values())  # the leader and the producer are alive
                     world.producer.check()  # type: ignore[union-attr]
                     wait_for(lambda: sampler.forwarded() >= released, RESUME_MAX_S, "a caught-up forwarder", job, 0.5)
                     time.sleep(STEADY_S)  # a steady stretch before each fault, for the rate before
-                    released = sum(world.committed().values())
+                    # A commit round in flight at the fault may still release a little; this much
+                    # (events the leader had not even received) takes a round published after it.
+                    produced = sum(world.producer.produced().values())  # type: ignore[union-attr]
                     moment = time.monotonic()
                     what = act()
-                    resumed = wait_for(lambda: next((t for t, n in sampler.samples if t > moment and n > released),
-                                                    None), RESUME_MAX_S, f"forwarding after {name}", job, 0.1)
+                    try:
+                        leader_back = wait_for(lambda: sampler.first_release(moment, produced), LEADER_RECOVERY_S,
+                                               f"the leader to release offsets produced before {name}", job, 0.1)
+                        resumed = wait_for(lambda: next((t for t, n in sampler.samples if t > moment and n >= produced),
+                                                        None), leader_back + RESUME_MAX_S - time.monotonic(),
+                                           f"forwarding after {name}", job, 0.1)
+                    except HarnessError as stalled:
+                        raise HarnessError(f"{stalled}: {sampler.stall(moment)}; {what}\n{job.tail(60)}") from None
                     time.sleep(max(0.0, resumed + STEADY_S - time.monotonic()))
                     timeline.append({
-                        "fault": name, "what": what, "released_after_kill_forwarded_s": round(resumed - moment, 2),
+                        "fault": name, "what": what,
+                        "leader_released_s": round(leader_back - moment, 2),
+                        "forwarded_s": round(resumed - moment, 2),
                         "rows_per_s_before": round(sampler.rate(moment - STEADY_S, moment), 1),
                         "rows_per_s_after": round(sampler.rate(resumed, resumed + STEADY_S), 1),
                     })
