@@ -24,6 +24,11 @@ one-row batches and idle triggers, Spark's `durationMs`), and the forwarder phas
 of `--memory-messages` per partition (N) and on one `--memory-scale` times larger: peak RSS
 per process role at 10N against N. The forwarder is the job's own (`synclib.app.forwarder.Forwarder`)
 with the given config (default conf/local.yaml), trigger and batch sizing included.
+
+Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
+Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
+master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
+the executors and their Python workers too.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +50,6 @@ from benchmarks import floor, report
 from benchmarks.cluster import Cluster
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
-from benchmarks.procmem import TreeMemory
 from benchmarks.references import librdkafka_rate, reference_rate
 from synclib.settings import load_config
 from synclib.settings.kafka import kafka_client_config
@@ -90,6 +95,13 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--floor-triggers", default="1s,500ms,250ms",
                         help="comma-separated triggers of the floor phase (default: %(default)s)")
     parser.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
+    parser.add_argument("--standalone-workers", type=int, default=0, metavar="K",
+                        help="start a Spark standalone cluster from PySpark's jars (a master and K workers on "
+                        "localhost, benchmarks/standalone.py) and run the Spark work in its executors instead "
+                        "of local[2]; CPU and memory then include the executors (default: 0, no cluster)")
+    parser.add_argument("--standalone-cores", type=int, default=1, help="cores per worker (default: %(default)s)")
+    parser.add_argument("--standalone-memory", default="1g",
+                        help="memory per worker, all of it its executor's heap (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
@@ -98,6 +110,8 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     args = parser.parse_args(argv)
     if args.runs < 1 or args.partitions < 1 or args.messages < 10 or not 0 < args.warmup < 1:
         parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
+    if args.standalone_workers < 0 or args.standalone_cores < 1:
+        parser.error("need --standalone-workers >= 0 and --standalone-cores >= 1")
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not args.engines or any(e not in (DELTA_RS, DELTA_SPARK) for e in args.engines):
         parser.error(f"--engines takes {DELTA_RS} and/or {DELTA_SPARK}")
@@ -122,6 +136,7 @@ def _environment(spark: Any) -> dict[str, Any]:
         "kafka_crc32c_native": kafka.record.util.crc32c_c is not None,
         "spark_master": conf.get("spark.master"), "driver_memory": conf.get("spark.driver.memory", "1g"),
         "default_parallelism": spark.sparkContext.defaultParallelism,
+        "executor_memory": conf.get("spark.executor.memory", None),
     }
 
 
@@ -158,7 +173,10 @@ def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]}
 
 
-def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]], None]) -> dict[str, Any]:
+def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]], None],
+        roots: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """The benchmark; `roots`: the standalone cluster's daemons (pid -> role), whose process
+    trees (executors, their Python workers) count in CPU and memory beside the driver's."""
     engine_sets = {engine: [f"sink.engine={engine}"] for engine in args.engines}
     primary = args.engines[0]
     base_overrides = list(args.overrides)
@@ -186,10 +204,10 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap})
         cluster = Cluster(client_config, settings.partitions)
         stack.callback(cluster.close)
-        bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid)
+        bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid, roots)
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},
                               workdir, base.trigger.processing_time, base.sink.partition_by_date,
-                              jvm_pid, bench.others)
+                              bench.usage)
         topic, ends = cluster.backlog("backlog", settings.messages, settings.value_bytes)
         warm = {p: max(1, int(end * settings.warmup)) for p, end in ends.items()}
         if args.warmup_run:  # JIT compilation and Python worker start-up, before anything is timed
@@ -205,9 +223,9 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
         runs = []
         for index in range(settings.runs):
             load = os.getloadavg()
-            with TreeMemory(jvm_pid, bench.others) as usage:
+            with bench.usage() as usage:
                 reference = reference_rate(client_config, topic, ends)
-            with TreeMemory(jvm_pid, bench.others) as librdkafka_usage:
+            with bench.usage() as librdkafka_usage:
                 librdkafka = librdkafka_rate(client_config, topic, ends)
             spark_kafka, forwarders = {}, {}
             for engine, extra in engine_sets.items():
@@ -285,23 +303,44 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         from benchmarks import growth
 
         return growth.main(["--workdir", args.workdir] if args.workdir else [])
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("synclib-benchmark")
-    from pyspark import SparkConf
-
-    if not SparkConf().contains("spark.master"):
-        builder = builder.master("local[2]")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
     output = os.path.abspath(args.output)
 
     def save(results: Mapping[str, Any]) -> None:
         with open(output, "w") as out:
             json.dump(results, out, indent=2)
 
-    results = run(spark, args, save)
-    report.print_report(results)
-    save(results)
+    with ExitStack() as stack:  # closed in reverse: the session stops before the cluster, then the workdir goes
+        roots: dict[int, str] = {}
+        if args.standalone_workers:
+            if SparkConf().contains("spark.master"):
+                print("--standalone-workers starts its own master: drop spark-submit's --master", file=sys.stderr)
+                return 2
+            from benchmarks.standalone import standalone_cluster
+
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the cluster stops however the run ends
+            args.workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="synclib-bench-"))
+            standalone = stack.enter_context(standalone_cluster(
+                args.standalone_workers, os.path.join(args.workdir, "standalone"), args.standalone_cores,
+                args.standalone_memory))
+            for key, value in standalone.session_conf().items():
+                builder = builder.config(key, value)
+            roots = standalone.roots()
+        elif not SparkConf().contains("spark.master"):
+            builder = builder.master("local[2]")
+        spark = builder.getOrCreate()
+        if args.standalone_workers:
+            stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("WARN")
+        results = run(spark, args, save, roots)
+        report.print_report(results)
+        save(results)
     print(f"results: {output}")
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -24,7 +24,6 @@ from typing import Any
 
 from benchmarks.cluster import PartitionEnds
 from benchmarks.phases import Bench, DeltaLogWatcher, _percentile
-from benchmarks.procmem import TreeMemory
 
 NO_DATA_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
 IDLE_S = 5.0  # idle time after the steps (at most steps x interval): CPU per second of idle triggers
@@ -90,7 +89,7 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
                 collect(query)
             seen = [watcher.wait_for(topic, offsets, query) for offsets, _ in published]
             idle_s = min(IDLE_S, steps * interval_s)
-            with TreeMemory(bench.jvm_pid, bench.others) as idle_usage:  # what idle triggers cost
+            with bench.usage() as idle_usage:  # what idle triggers cost
                 time.sleep(idle_s)
             collect(query)
     finally:

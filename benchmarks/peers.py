@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,14 +73,13 @@ class SparkKafkaPeer:
     """Spark's Kafka source into Delta, on one cluster; one table and checkpoint per phase."""
 
     def __init__(self, spark: Any, kafka_options: Mapping[str, str], workdir: str, trigger_s: float,
-                 partition_by_date: bool, jvm_pid: int, others: Mapping[int, str]) -> None:
+                 partition_by_date: bool, usage: Callable[[], TreeMemory]) -> None:
         self.spark = spark
         self.kafka_options = dict(kafka_options)
         self.workdir = workdir
         self.trigger = f"{int(trigger_s * 1000)} milliseconds"
         self.partition_by_date = partition_by_date
-        self.jvm_pid = jvm_pid
-        self.others = dict(others)
+        self.usage = usage  # `Bench.usage`: what a phase measures
 
     @contextmanager
     def live(self, topic: str, name: str, trigger: str) -> Iterator[tuple[Any, DeltaLogWatcher]]:
@@ -127,7 +126,7 @@ class SparkKafkaPeer:
         finally:
             stop_between_batches(warm_query)
         warm_rows = sum(p["numInputRows"] for p in warm_progress)
-        with TreeMemory(self.jvm_pid, self.others) as usage:
+        with self.usage() as usage:
             query = self._start(topic, engine, name, self.trigger, None)
             try:
                 progress = _wait_progress(query, lambda p: reaches(p, topic, ends), f"{name}: the backlog")

@@ -131,7 +131,8 @@ def stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
 
 class Bench:
     def __init__(self, settings: Settings, config_path: str, overrides: Sequence[str], bootstrap: str,
-                 cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None) -> None:
+                 cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None,
+                 roots: Mapping[int, str] | None = None) -> None:
         self.settings = settings
         self.config_path = config_path
         self.overrides = list(overrides)
@@ -140,6 +141,11 @@ class Bench:
         self.workdir = workdir
         self.jvm_pid = jvm_pid
         self.others = {} if broker_pid is None else {broker_pid: "broker"}
+        self.roots = dict(roots or {})  # a standalone cluster's daemons: their trees run the executors
+
+    def usage(self) -> TreeMemory:
+        """Peak RSS and CPU time of every process doing the benchmark's Spark work (a phase's `with`)."""
+        return TreeMemory(self.jvm_pid, self.others, roots=self.roots)
 
     def config(self, topic: str, log_topic: str, name: str, extra: Sequence[str] = ()) -> ForwarderConfig:
         root = os.path.join(self.workdir, name)
@@ -177,7 +183,7 @@ class Bench:
         self.cluster.commit(log_topic, topic, warm)
         with self.forwarder(topic, log_topic, name, extra) as (query, watcher):
             warm_commit = watcher.wait_for(topic, warm, query)
-            with TreeMemory(self.jvm_pid, self.others) as memory:
+            with self.usage() as memory:
                 self.cluster.commit(log_topic, topic, ends)
                 final = watcher.wait_for(topic, ends, query)
             batches = self._progress_until(query, final.batch_id)

@@ -9,7 +9,7 @@ that exit mid-phase count (their CPU time up to the last sample).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from synclib.background import BackgroundThread
@@ -73,10 +73,11 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
-    """`root` and every process below it, skipping the subtrees of `exclude`."""
+def descendants(root: int, exclude: Iterable[int] = (), parents: Mapping[int, int] | None = None) -> list[int]:
+    """`root` and every process below it, skipping the subtrees of `exclude`; `parents`: a
+    snapshot from `_parents()` to reuse (default: a new one)."""
     children: dict[int, list[int]] = {}
-    for pid, parent in _parents().items():
+    for pid, parent in (_parents() if parents is None else parents).items():
         children.setdefault(parent, []).append(pid)
     skipped, found, todo = set(exclude), [], [root]
     while todo:
@@ -88,6 +89,14 @@ def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    return (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ")
+
+
+def _is_python_worker(cmdline: str) -> bool:
+    return "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline
+
+
 def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
     """jvm, driver (the Python driver), python-worker (processes forked by pyspark.daemon:
     task workers, and the per-call workers Spark uses to plan and commit a Python data source)
@@ -96,41 +105,63 @@ def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
         return "jvm"
     if pid == driver_pid:
         return "driver"
-    cmdline = (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ")
-    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+    cmdline = _cmdline(pid)
+    if _is_python_worker(cmdline):
         return "python-worker"
     return "python-driver-runner" if "python" in cmdline else "other"
+
+
+def executor_role(pid: int) -> str:
+    """Below a Spark standalone worker: executor-jvm (CoarseGrainedExecutorBackend),
+    executor-python-worker (its pyspark.daemon and the task workers it forks) or executor-other."""
+    cmdline = _cmdline(pid)
+    if _is_python_worker(cmdline):
+        return "executor-python-worker"
+    return "executor-jvm" if "CoarseGrainedExecutorBackend" in cmdline else "executor-other"
 
 
 class TreeMemory(BackgroundThread):
     """Peak RSS and CPU time per process of the tree under the JVM (plus the Python driver)
     over a phase; `others` ({pid: role}, e.g. an embedded broker) are counted for CPU time.
+    `roots` ({pid: role}, the daemons of a Spark standalone cluster) add their whole trees,
+    memory and CPU: the root with its role, the processes below it with `executor_role`'s.
 
     In spark-submit the JVM starts the Python driver; in-process (pytest) the driver starts
-    the JVM. Either way, children of the Python driver (an embedded broker) are excluded
-    from the tree.
+    the JVM. Either way, children of the Python driver (an embedded broker, the standalone
+    daemons) are excluded from the driver's tree.
     """
 
-    def __init__(self, jvm_pid: int, others: dict[int, str] | None = None, interval_s: float = 0.2) -> None:
+    def __init__(self, jvm_pid: int, others: Mapping[int, str] | None = None, interval_s: float = 0.2,
+                 roots: Mapping[int, str] | None = None) -> None:
         super().__init__("tree-memory")
         self._jvm = jvm_pid
         self._driver = os.getpid()
         self._others = dict(others or {})
+        self._roots = dict(roots or {})
         self._interval_s = interval_s
         self._peaks: dict[int, ProcessPeak] = {}
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, tuple[str, float]] = {}
 
-    def _tree(self) -> list[int]:
-        excluded = [pid for pid, parent in _parents().items() if parent == self._driver and pid != self._jvm]
-        pids = descendants(self._jvm, exclude=[*excluded, self._driver])
-        return [*pids, self._driver]
+    def _tree(self) -> dict[int, bool]:
+        """pid -> whether it is in a standalone daemon's tree rather than the driver's."""
+        parents = _parents()
+        excluded = [pid for pid, parent in parents.items() if parent == self._driver and pid != self._jvm]
+        tree = dict.fromkeys([*descendants(self._jvm, [*excluded, self._driver], parents), self._driver], False)
+        for root in self._roots:
+            tree.update(dict.fromkeys(descendants(root, (), parents), True))
+        return tree
+
+    def _role(self, pid: int, in_cluster: bool) -> str:
+        if not in_cluster:
+            return role(pid, self._jvm, self._driver)
+        return self._roots.get(pid) or executor_role(pid)
 
     def _sample(self) -> None:
-        for pid in self._tree():
+        for pid, in_cluster in self._tree().items():
             peak = peak_rss(pid)
             if peak is not None and peak > self._peaks.get(pid, ProcessPeak(pid, "", 0)).peak_bytes:
-                self._peaks[pid] = ProcessPeak(pid, role(pid, self._jvm, self._driver), peak)
+                self._peaks[pid] = ProcessPeak(pid, self._role(pid, in_cluster), peak)
             self._sample_cpu(pid, self._peaks[pid].role if pid in self._peaks else "other")
         for pid, name in self._others.items():
             self._sample_cpu(pid, name)

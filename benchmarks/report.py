@@ -7,8 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # CPU roles as printed: procmem's roles, the Python driver and other Python processes together.
+# On a standalone cluster "jvm" and "py-workers" are the driver's, and the executors' own columns
+# follow (printed only when a row has them).
 CPU_COLUMNS = (("jvm", ("jvm",)), ("py-workers", ("python-worker",)),
-               ("py-driver", ("driver", "python-driver-runner")), ("broker", ("broker",)))
+               ("py-driver", ("driver", "python-driver-runner")), ("broker", ("broker",)),
+               ("exec-jvm", ("executor-jvm",)), ("exec-py", ("executor-python-worker", "executor-other")),
+               ("daemons", ("standalone-master", "standalone-worker")))
+ALWAYS_PRINTED = 4  # the first CPU columns, printed even when empty
 
 
 def median(values: Sequence[float | None]) -> float | None:
@@ -59,10 +64,12 @@ def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         results = [peers(r).get(name, {}) for r in runs]
         ok = [r for r in results if "rows_per_s" in r]
         cpu = [cpu_us_per_row(r) for r in ok]
+        peaks = [r["memory_mib"] for r in ok if r.get("memory_mib")]
         table[name] = {
             "rows_per_s": median([r["rows_per_s"] for r in ok]),
             "cpu_us_per_row": {column: median([c.get(column) for c in cpu])
                                for column in [*(c for c, _ in CPU_COLUMNS), "total"]} if ok else {},
+            "peak_mib": {role: median([p.get(role) for p in peaks]) for role in sorted({k for p in peaks for k in p})},
             "errors": [r["error"] for r in results if "error" in r],
         }
         for engine in {e for r in runs for e in ratios(r)}:
@@ -111,7 +118,9 @@ def _cell(value: float | None, spec: str) -> str:
 
 def print_table(table: Mapping[str, Mapping[str, Any]], title: str) -> None:
     engines = sorted({k for row in table.values() for k in row if k.startswith("forwarder ") and k.endswith(" x")})
-    columns = [c for c, _ in CPU_COLUMNS] + ["total"]
+    columns = [c for index, (c, _) in enumerate(CPU_COLUMNS)
+               if index < ALWAYS_PRINTED or any((row.get("cpu_us_per_row") or {}).get(c) for row in table.values())]
+    columns.append("total")
     print(title)
     print(f"  {'':<34} {'rows/s':>10}  CPU us/row: " + " ".join(f"{c:>10}" for c in columns)
           + "".join(f"  {e:>22}" for e in engines))
@@ -153,6 +162,10 @@ def print_report(results: Mapping[str, Any]) -> None:
     med, env = results["median"], results["environment"]
     loads = ", ".join(f"{r['load_avg'][0]:.2f}" for r in results["runs"])
     print_table(med["table"], f"median of {len(results['runs'])} runs (1-min load average per run: {loads})")
+    for name, row in med["table"].items():
+        if row.get("peak_mib"):
+            print(f"peak RSS MiB, {name} (medians; per role the largest process, total: all of them): "
+                  + ", ".join(f"{role} {mib:,.0f}" for role, mib in row["peak_mib"].items() if mib is not None))
     for trigger, latency in med["latency"].items():
         print(f"gate latency at trigger {trigger} (medians): p50 {_cell(latency['p50_s'], '.2f')} / "
               f"p99 {_cell(latency['p99_s'], '.2f')} / max {_cell(latency['max_s'], '.2f')} s")
@@ -167,7 +180,8 @@ def print_report(results: Mapping[str, Any]) -> None:
         print("ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in memory["ratio"].items()))
     print("targets: " + ", ".join(f"{k}: {'-' if v is None else 'met' if v else 'NOT met'}"
                                   for k, v in results["targets"].items()))
-    print(f"machine: {env['cpus']} cpus, {env['memory_gib']} GiB, master {env['spark_master']}, broker "
+    print(f"machine: {env['cpus']} cpus, {env['memory_gib']} GiB, master {env['spark_master']} "
+          f"(executor memory {env.get('executor_memory') or '-'}), broker "
           f"{results['broker']}, load {env['load_avg'][0]:.2f} -> {env['load_avg_end'][0]:.2f}, "
           f"crc32c native: {env['kafka_crc32c_native']}")
 
