@@ -88,18 +88,31 @@ def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
     return found
 
 
+JVM_FORK = "jvm-fork"  # a process the JVM forked, not yet its own program: not measured
+
+
+def argv(pid: int) -> list[str]:
+    """The command line of `pid`, empty when it is gone."""
+    return [a for a in (_read(f"/proc/{pid}/cmdline") or "").split("\0") if a]
+
+
 def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
     """jvm, driver (the Python driver), python-worker (processes forked by pyspark.daemon:
-    task workers, and the per-call workers Spark uses to plan and commit a Python data source)
-    or python-driver-runner (other Python processes, e.g. a streaming source's planner)."""
+    task workers, and the per-call workers Spark uses to plan and commit a Python data source),
+    python-driver-runner (other Python processes, e.g. a streaming source's planner), or
+    `JVM_FORK`: a child the JVM has forked (Hadoop's shell commands, Spark's Python workers)
+    and that has not executed its program yet, whose VmHWM is the JVM's own peak."""
     if pid == jvm_pid:
         return "jvm"
     if pid == driver_pid:
         return "driver"
-    cmdline = (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ")
-    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+    command = argv(pid)
+    program = os.path.basename(command[0]) if command else ""
+    if program.startswith("java"):
+        return JVM_FORK
+    if any("pyspark.daemon" in a or "pyspark.worker" in a for a in command):
         return "python-worker"
-    return "python-driver-runner" if "python" in cmdline else "other"
+    return "python-driver-runner" if program.startswith("python") else "other"
 
 
 class TreeMemory(BackgroundThread):
@@ -129,9 +142,12 @@ class TreeMemory(BackgroundThread):
     def _sample(self) -> None:
         for pid in self._tree():
             peak = peak_rss(pid)
+            name = role(pid, self._jvm, self._driver)
+            if name == JVM_FORK:
+                continue
             if peak is not None and peak > self._peaks.get(pid, ProcessPeak(pid, "", 0)).peak_bytes:
-                self._peaks[pid] = ProcessPeak(pid, role(pid, self._jvm, self._driver), peak)
-            self._sample_cpu(pid, self._peaks[pid].role if pid in self._peaks else "other")
+                self._peaks[pid] = ProcessPeak(pid, name, peak)
+            self._sample_cpu(pid, name)
         for pid, name in self._others.items():
             self._sample_cpu(pid, name)
 

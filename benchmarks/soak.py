@@ -133,10 +133,10 @@ class _Sampler(BackgroundThread):
         job = self.job
         if quarter is None or job is None:
             return
-        pids = {pid: "" for pid in job.pids()}
+        pids = job.pids()
         jvm = job.pid
-        driver = next((p for p in pids if "forwarder.py" in _cmdline(p) and p != jvm), -1)
-        roles = {pid: procmem.role(pid, jvm, driver) for pid in pids}
+        driver = next((p for p in pids if _runs_forwarder_in_python(p)), -1)
+        roles = {pid: role for pid in pids if (role := procmem.role(pid, jvm, driver)) != procmem.JVM_FORK}
         if self._broker_pid is not None:
             roles[self._broker_pid] = "broker"
         if quarter == "last" and not self._last_reset:
@@ -160,11 +160,10 @@ class _Sampler(BackgroundThread):
         return Window(len(durations), round(statistics.median(durations)), round(p99), dict(sorted(by_role.items())))
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+def _runs_forwarder_in_python(pid: int) -> bool:
+    command = procmem.argv(pid)
+    return bool(command) and os.path.basename(command[0]).startswith("python") and any(
+        a.endswith("forwarder.py") for a in command[1:])
 
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
