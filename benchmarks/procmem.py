@@ -100,7 +100,7 @@ def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
     """jvm, driver (the Python driver), python-worker (processes forked by pyspark.daemon:
     task workers, and the per-call workers Spark uses to plan and commit a Python data source),
     python-driver-runner (other Python processes, e.g. a streaming source's planner), or
-    `JVM_FORK`: a child the JVM has forked (Hadoop's shell commands, Spark's Python workers)
+    `JVM_FORK`: a child the JVM has forked (a Python worker, another command it starts)
     and that has not executed its program yet, whose VmHWM is the JVM's own peak."""
     if pid == jvm_pid:
         return "jvm"
