@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,8 +35,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(shutil.which("setpriv") is None or not os.path.isdir("/proc"),
-                    reason="needs Linux's /proc and util-linux's setpriv")
+@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
+                    reason="needs Linux's /proc and util-linux's setpriv with --pdeathsig")
 def test_a_tied_process_ends_when_its_starter_is_killed() -> None:
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
