@@ -8,8 +8,8 @@ For each mode a table is aged to 100 versions, measured, aged to `--versions`, m
 - aging: synthetic appends shaped like the forwarder's (one small Parquet file of
   `--rows` events per version, an add action with statistics, the application transaction
   and the `synclib.*` commit metadata), written straight into the Delta log (a version in
-  about a millisecond; delta-rs would need 10-70 ms each), dated one second apart up to now
-  as a 1 s trigger would have written them;
+  about a millisecond; delta-rs would need 10-70 ms each), dated one default trigger interval
+  apart up to now, as a busy stream at the default trigger would have written them;
 - per-batch commit: `--batches` micro-batches through the forwarder's own delta-rs commit
   (`DeltaStreamWriter.write` and `.commit`, reading a real Spark-style checkpoint directory,
   no Spark needed), timed around `commit`;
@@ -56,7 +56,7 @@ from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
 from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
 from synclib.embedded import jvm
-from synclib.settings.job import MaintenanceConfig
+from synclib.settings.job import MaintenanceConfig, TriggerConfig
 
 SCHEMA = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
@@ -72,6 +72,7 @@ MAINTENANCE: dict[str, dict[str, str] | None] = {
 MODES = tuple(MAINTENANCE)
 SPARK_MODES = ("spark-on", "spark-off")
 YOUNG_AGE = 100
+INTERVAL_S = TriggerConfig().processing_time  # between two aged versions: a busy stream's batches
 
 
 @dataclass
@@ -143,7 +144,7 @@ class GrowingTable:
             part = ParquetPart(filesystem, self.path, self.schema, {})
             part.write(self._rows())
             add = part.close()
-            written = now - (versions - version)
+            written = now - (versions - version) * INTERVAL_S
             os.utime(f"{self.path}/{add.path}", (written, written))
             now_ms = int(written * 1000)
             actions = [

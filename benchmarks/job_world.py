@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import yaml
 
 from synclib.embedded import jvm
-from synclib.embedded.broker import EmbeddedBroker
+from synclib.embedded.broker import EmbeddedBroker, tied_to_this_process
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer, simulate
 
@@ -122,7 +122,7 @@ class JobRun:
         environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
                        "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err,
+            self._process = subprocess.Popen(tied_to_this_process(command), cwd=ROOT, stdout=out, stderr=err,
                                              stdin=subprocess.DEVNULL, env=environment,
                                              start_new_session=True)
         self._frozen: set[int] = set()

@@ -218,16 +218,22 @@ class Bench:
             self.cluster.commit(log_topic, topic, warm)
             watcher.wait_for(topic, warm, query)
             steps = []
-            for _ in range(settings.latency_steps):
-                time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
-                offsets = producer.produced()
-                steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
-            latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
-                         for offsets, published in steps]
+            with TreeMemory(self.jvm_pid, self.others) as usage:
+                started = time.monotonic()
+                for _ in range(settings.latency_steps):
+                    time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
+                    offsets = producer.produced()
+                    steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
+                latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
+                             for offsets, published in steps]
+                elapsed = time.monotonic() - started
             batches = [json.loads(p.json) for p in query.recentProgress]
         return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
                 "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
-                "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches)}
+                "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches),
+                "batches_per_s": len([b for b in batches if b.get("numInputRows")]) / elapsed,
+                # the query's processes; `driver` also runs this benchmark's producer and watcher
+                "cpu_s_per_s": {role: round(cpu / elapsed, 3) for role, cpu in usage.cpu_seconds_by_role().items()}}
 
     def _wait_produced(self, producer: LiveProducer) -> PartitionEnds:
         deadline = time.monotonic() + 60

@@ -9,7 +9,7 @@ that exit mid-phase count (their CPU time up to the last sample).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from synclib.background import BackgroundThread
@@ -89,35 +89,51 @@ def descendants(root: int, exclude: Iterable[int] = (), parents: Mapping[int, in
     return found
 
 
-def _cmdline(pid: int) -> str:
-    return (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ")
+JVM_FORK = "jvm-fork"  # a process the JVM forked, not yet its own program: not measured
 
 
-def _is_python_worker(cmdline: str) -> bool:
-    return "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline
+def argv(pid: int) -> list[str]:
+    """The command line of `pid`, empty when it is gone."""
+    return [a for a in (_read(f"/proc/{pid}/cmdline") or "").split("\0") if a]
+
+
+def _program(command: Sequence[str]) -> str:
+    return os.path.basename(command[0]) if command else ""
+
+
+def _is_python_worker(command: Sequence[str]) -> bool:
+    return any("pyspark.daemon" in a or "pyspark.worker" in a for a in command)
 
 
 def role(pid: int, jvm_pid: int, driver_pid: int) -> str:
     """jvm, driver (the Python driver), python-worker (processes forked by pyspark.daemon:
-    task workers, and the per-call workers Spark uses to plan and commit a Python data source)
-    or python-driver-runner (other Python processes, e.g. a streaming source's planner)."""
+    task workers, and the per-call workers Spark uses to plan and commit a Python data source),
+    python-driver-runner (other Python processes, e.g. a streaming source's planner), or
+    `JVM_FORK`: a child the JVM has forked (a Python worker, another command it starts)
+    and that has not executed its program yet, whose VmHWM is the JVM's own peak."""
     if pid == jvm_pid:
         return "jvm"
     if pid == driver_pid:
         return "driver"
-    cmdline = _cmdline(pid)
-    if _is_python_worker(cmdline):
+    command = argv(pid)
+    program = _program(command)
+    if program.startswith("java"):
+        return JVM_FORK
+    if _is_python_worker(command):
         return "python-worker"
-    return "python-driver-runner" if "python" in cmdline else "other"
+    return "python-driver-runner" if program.startswith("python") else "other"
 
 
-def executor_role(pid: int) -> str:
-    """Below a Spark standalone worker: executor-jvm (CoarseGrainedExecutorBackend),
-    executor-python-worker (its pyspark.daemon and the task workers it forks) or executor-other."""
-    cmdline = _cmdline(pid)
-    if _is_python_worker(cmdline):
-        return "executor-python-worker"
-    return "executor-jvm" if "CoarseGrainedExecutorBackend" in cmdline else "executor-other"
+def executor_role(pid: int, parent_is_daemon: bool) -> str:
+    """Below a Spark standalone worker: executor-jvm (CoarseGrainedExecutorBackend, started by
+    the worker daemon), executor-python-worker (its pyspark.daemon and the task workers it
+    forks), `JVM_FORK` (any other Java process there: a daemon's or an executor's child before
+    it executes its program) or executor-other."""
+    command = argv(pid)
+    if _program(command).startswith("java"):
+        executor = parent_is_daemon and any("CoarseGrainedExecutorBackend" in a for a in command)
+        return "executor-jvm" if executor else JVM_FORK
+    return "executor-python-worker" if _is_python_worker(command) else "executor-other"
 
 
 class TreeMemory(BackgroundThread):
@@ -143,26 +159,29 @@ class TreeMemory(BackgroundThread):
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, tuple[str, float]] = {}
 
-    def _tree(self) -> dict[int, bool]:
+    def _tree(self, parents: Mapping[int, int]) -> dict[int, bool]:
         """pid -> whether it is in a standalone daemon's tree rather than the driver's."""
-        parents = _parents()
         excluded = [pid for pid, parent in parents.items() if parent == self._driver and pid != self._jvm]
         tree = dict.fromkeys([*descendants(self._jvm, [*excluded, self._driver], parents), self._driver], False)
         for root in self._roots:
             tree.update(dict.fromkeys(descendants(root, (), parents), True))
         return tree
 
-    def _role(self, pid: int, in_cluster: bool) -> str:
+    def _role(self, pid: int, in_cluster: bool, parents: Mapping[int, int]) -> str:
         if not in_cluster:
             return role(pid, self._jvm, self._driver)
-        return self._roots.get(pid) or executor_role(pid)
+        return self._roots.get(pid) or executor_role(pid, parents.get(pid) in self._roots)
 
     def _sample(self) -> None:
-        for pid, in_cluster in self._tree().items():
+        parents = _parents()
+        for pid, in_cluster in self._tree(parents).items():
+            name = self._role(pid, in_cluster, parents)
+            if name == JVM_FORK:
+                continue
             peak = peak_rss(pid)
             if peak is not None and peak > self._peaks.get(pid, ProcessPeak(pid, "", 0)).peak_bytes:
-                self._peaks[pid] = ProcessPeak(pid, self._role(pid, in_cluster), peak)
-            self._sample_cpu(pid, self._peaks[pid].role if pid in self._peaks else "other")
+                self._peaks[pid] = ProcessPeak(pid, name, peak)
+            self._sample_cpu(pid, name)
         for pid, name in self._others.items():
             self._sample_cpu(pid, name)
 
@@ -177,7 +196,7 @@ class TreeMemory(BackgroundThread):
             self._sample()
 
     def __enter__(self) -> TreeMemory:
-        for pid in self._tree():
+        for pid in self._tree(_parents()):
             reset_peak(pid)
         self._sample()
         return super().__enter__()

@@ -80,6 +80,7 @@ def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         latencies[trigger] = {
             "p50_s": median([x["p50_s"] for x in found]), "p99_s": median([x["p99_s"] for x in found]),
             "max_s": max((x["max_s"] for x in found), default=None),
+            "query_cpu_s_per_s": median([query_cpu(x) for x in found]),
         }
     return {"table": table, "latency": latencies,
             "reference_msgs_per_s": table["kafka-python (1 process)"]["rows_per_s"],
@@ -147,6 +148,13 @@ def run_table(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return table
 
 
+def query_cpu(latency: Mapping[str, Any]) -> float | None:
+    """CPU seconds per second of the query's processes in a latency phase: the JVM, the
+    planner and the Python workers (not the driver, which also runs the benchmark's producer)."""
+    cpu = latency.get("cpu_s_per_s")
+    return None if cpu is None else sum(v for k, v in cpu.items() if k not in ("driver", "broker"))
+
+
 def print_run(number: int, run: Mapping[str, Any]) -> None:
     load = " ".join(f"{x:.2f}" for x in run["load_avg"])
     print_table(run_table(run), f"run {number} (load average {load})")
@@ -155,7 +163,8 @@ def print_run(number: int, run: Mapping[str, Any]) -> None:
             print(f"  gate latency at trigger {trigger}: failed: {latency['error']}", flush=True)
             continue
         print(f"  gate latency at trigger {trigger}: p50 {latency['p50_s']:.2f} / p99 {latency['p99_s']:.2f} / "
-              f"max {latency['max_s']:.2f} s; median batch ms {latency['batch_ms']}", flush=True)
+              f"max {latency['max_s']:.2f} s; median batch ms {latency['batch_ms']}; CPU s/s "
+              + ", ".join(f"{k} {v:.3f}" for k, v in (latency.get("cpu_s_per_s") or {}).items()), flush=True)
 
 
 def print_report(results: Mapping[str, Any]) -> None:
@@ -168,7 +177,8 @@ def print_report(results: Mapping[str, Any]) -> None:
                   + ", ".join(f"{role} {mib:,.0f}" for role, mib in row["peak_mib"].items() if mib is not None))
     for trigger, latency in med["latency"].items():
         print(f"gate latency at trigger {trigger} (medians): p50 {_cell(latency['p50_s'], '.2f')} / "
-              f"p99 {_cell(latency['p99_s'], '.2f')} / max {_cell(latency['max_s'], '.2f')} s")
+              f"p99 {_cell(latency['p99_s'], '.2f')} / max {_cell(latency['max_s'], '.2f')} s; the query's "
+              f"CPU {_cell(latency.get('query_cpu_s_per_s'), '.3f')} s/s")
     for trigger, floor in results.get("floor", {}).items():
         print(f"batch floor at trigger {trigger}: {floor_line(floor)}")
     memory = results.get("memory")

@@ -26,7 +26,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from benchmarks import procmem
 from benchmarks.crash_harness import CrashHarness, Tally
 from benchmarks.job_files import MAINTENANCE
 from benchmarks.job_world import JobRun, KafkaWorld
+from synclib.background import BackgroundThread
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 KILL_AT = (0.30, 0.45, 0.60)  # fractions of the run
@@ -94,11 +94,12 @@ class SoakReport:
         ])
 
 
-class _Sampler:
+class _Sampler(BackgroundThread):
     """Every second: batch durations from the checkpoint's file times and the peak RSS of each
     process of the running job (and the broker), kept per quarter of the run."""
 
     def __init__(self, checkpoint: Path, broker_pid: int | None, started: float, seconds: float) -> None:
+        super().__init__("soak-sampler")
         self._checkpoint = checkpoint
         self._broker_pid = broker_pid
         self._started, self._seconds = started, seconds
@@ -106,19 +107,9 @@ class _Sampler:
         self._durations: dict[int, tuple[float, float]] = {}  # batch -> (commit time, duration ms)
         self._peaks: dict[str, dict[int, tuple[str, int]]] = {"first": {}, "last": {}}
         self._last_reset = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
 
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_INTERVAL_S):
+    def _work(self) -> None:
+        while not self._stopping.wait(SAMPLE_INTERVAL_S):
             self._sample_batches()
             self._sample_memory()
 
@@ -142,10 +133,10 @@ class _Sampler:
         job = self.job
         if quarter is None or job is None:
             return
-        pids = {pid: "" for pid in job.pids()}
+        pids = job.pids()
         jvm = job.pid
-        driver = next((p for p in pids if "forwarder.py" in _cmdline(p) and p != jvm), -1)
-        roles = {pid: procmem.role(pid, jvm, driver) for pid in pids}
+        driver = next((p for p in pids if _runs_forwarder_in_python(p)), -1)
+        roles = {pid: role for pid in pids if (role := procmem.role(pid, jvm, driver)) != procmem.JVM_FORK}
         if self._broker_pid is not None:
             roles[self._broker_pid] = "broker"
         if quarter == "last" and not self._last_reset:
@@ -169,11 +160,10 @@ class _Sampler:
         return Window(len(durations), round(statistics.median(durations)), round(p99), dict(sorted(by_role.items())))
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+def _runs_forwarder_in_python(pid: int) -> bool:
+    command = procmem.argv(pid)
+    return bool(command) and os.path.basename(command[0]).startswith("python") and any(
+        a.endswith("forwarder.py") for a in command[1:])
 
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
@@ -215,6 +205,8 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
                 harness.stop_job()
                 raise
         tally = harness.finish(started_monotonic)
+        if sampler.failure is not None:
+            raise RuntimeError("the soak's sampler died: its windows are incomplete") from sampler.failure
         table = DeltaTable(str(directory / "table"))
         return _report(tally, table, time.time() - started, rate, kills, pause_s, passes, sampler)
 

