@@ -10,19 +10,17 @@ and `memory` for its executor.
 executors (one per worker) instead of local[2] threads. Start-up is bounded: the master's web UI
 JSON is polled until every worker is ALIVE, and a daemon that exits or a deadline that passes
 raises with the tail of its log. The daemons are stopped on leaving the block, on any failure
-or Ctrl-C, and die with this process if it is killed (PR_SET_PDEATHSIG). Their logs, and the
+or Ctrl-C, and die with this process if it is killed (synclib.embedded.broker.tied_to_this_process). Their logs, and the
 executors' (each worker's --work-dir), stay under `logs_dir`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,51 +30,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.procmem import descendants
+from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process
 
 logger = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 90.0  # JVM start-up of three daemons on a busy two-core machine
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.25
 REPOSITORY = str(Path(__file__).resolve().parent.parent)  # synclib/ and benchmarks/ live here
-PR_SET_PDEATHSIG = 1
 
 
 def spark_home() -> str:
-    """SPARK_HOME of the installed PySpark (bin/spark-class, jars/): pip's package directory, as
-    spark-submit sets it (under spark-submit pyspark itself is imported from python/lib/pyspark.zip)."""
-    from pyspark.find_spark_home import _find_spark_home
+    """SPARK_HOME of the installed PySpark (bin/spark-class, jars/): the one spark-submit set
+    (under spark-submit pyspark itself is imported from python/lib/pyspark.zip), else pip's
+    package directory."""
+    import pyspark
 
-    home: str = _find_spark_home()
-    return home
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.abspath(pyspark.__file__))
 
 
 def master_command(home: str, port: int, ui_port: int) -> list[str]:
     return [os.path.join(home, "bin", "spark-class"), MASTER_CLASS,
-            "--host", HOST, "--port", str(port), "--webui-port", str(ui_port)]
+            "--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui_port)]
 
 
 def worker_command(home: str, master_url: str, ui_port: int, cores: int, memory: str, work_dir: str) -> list[str]:
     """A worker offering `cores` and `memory` to executors; they run (and log) in `work_dir`."""
     return [os.path.join(home, "bin", "spark-class"), WORKER_CLASS,
-            "--host", HOST, "--webui-port", str(ui_port), "--cores", str(cores), "--memory", memory,
+            "--host", LOOPBACK, "--webui-port", str(ui_port), "--cores", str(cores), "--memory", memory,
             "--work-dir", work_dir, master_url]
 
 
 def daemon_env(home: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The daemons' environment: this PySpark as SPARK_HOME, localhost only."""
     env = dict(os.environ if base is None else base)
-    env.update(SPARK_HOME=home, SPARK_LOCAL_IP=HOST)
+    env.update(SPARK_HOME=home, SPARK_LOCAL_IP=LOOPBACK)
     return env
 
 
@@ -93,7 +83,7 @@ def session_conf(master_url: str, workers: int, cores: int, memory: str, python:
     """
     return {
         "spark.master": master_url,
-        "spark.driver.host": HOST,
+        "spark.driver.host": LOOPBACK,
         "spark.pyspark.python": python,
         "spark.executorEnv.PYTHONPATH": python_path,
         "spark.executor.cores": str(cores),
@@ -102,12 +92,6 @@ def session_conf(master_url: str, workers: int, cores: int, memory: str, python:
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
     }
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the process that started it dies (even by SIGKILL)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _started(pid: int) -> str | None:
@@ -188,8 +172,8 @@ class StandaloneCluster:
     def start(self, name: str, command: Sequence[str], env: dict[str, str]) -> None:
         log_path = os.path.join(self.logs_dir, f"{name}.log")
         with open(log_path, "ab") as log:  # the child keeps its own descriptor
-            process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+            process = subprocess.Popen(tied_to_this_process(command), stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, env=env)
         self.daemons.append(Daemon(name, process, log_path))
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
@@ -221,7 +205,7 @@ def standalone_cluster(workers: int, logs_dir: str, cores: int = 1, memory: str 
     home = spark_home()
     os.makedirs(logs_dir, exist_ok=True)
     port, ui_port = free_port(), free_port()
-    cluster = StandaloneCluster(f"spark://{HOST}:{port}", f"http://{HOST}:{ui_port}", workers, cores, memory,
+    cluster = StandaloneCluster(f"spark://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{ui_port}", workers, cores, memory,
                                 logs_dir)
     env = daemon_env(home)
     try:
