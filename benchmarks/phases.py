@@ -218,7 +218,7 @@ class Bench:
             self.cluster.commit(log_topic, topic, warm)
             watcher.wait_for(topic, warm, query)
             steps = []
-            with TreeMemory(self.jvm_pid, self.others) as usage:
+            with self.usage() as usage:
                 started = time.monotonic()
                 for _ in range(settings.latency_steps):
                     time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
