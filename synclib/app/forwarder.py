@@ -18,7 +18,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
-from synclib.app.resume import starting_offsets_from_table
+from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.signals import StopRequest
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets, is_connect
@@ -87,6 +87,7 @@ class Forwarder:
     def source_options(self, bootstrap: str, status_path: str) -> dict[str, str]:
         options = self.config.source_options(bootstrap)
         options["statusFile"] = status_path
+        options["initialOffsetsFile"] = initial_offsets_file(self.config.checkpoint.location)
         starting = starting_offsets_from_table(self.config)
         if starting is not None:
             options["startingOffsets"] = starting

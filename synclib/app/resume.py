@@ -1,5 +1,6 @@
 """Where a run resumes from: Spark's checkpoint, or the table's own offsets when the
-checkpoint is new (lost or replaced) and the table already holds synclib batches."""
+checkpoint is new (lost or replaced) and the table already holds synclib batches; where the
+source keeps the offsets its first batch starts from."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import logging
 
 from synclib.delta import checkpoint, table
+from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
 from synclib.settings import ForwarderConfig
 
@@ -25,3 +27,8 @@ def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
     starting = json.dumps(to_offsets_json(recorded))
     logger.info("new checkpoint on an existing table: resuming from the table's offsets %s", starting)
     return starting
+
+
+def initial_offsets_file(checkpoint_location: str) -> str:
+    """The source's `initialOffsetsFile`: inside the checkpoint, so a new checkpoint starts afresh."""
+    return f"{normalize_location(checkpoint_location).rstrip('/')}/synclib/initial-offsets.json"

@@ -9,17 +9,14 @@ The sink needs two facts Spark keeps in `checkpointLocation`:
   the batch metadata, then one line per source with that source's end offsets JSON
   (`-` when a source has none).
 
-Locations are read with pyarrow's filesystems: local paths, `file:` URIs and object
-stores pyarrow supports (credentials from the environment). On Databricks, `dbfs:/x` is
-read through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths.
+Locations are read as `synclib.locations` says (local paths, object stores, Databricks' FUSE).
 """
 
 from __future__ import annotations
 
 import json
-import os
 
-from pyarrow import fs
+from synclib.locations import normalize_location, read_text
 
 APP_ID_PREFIX = "synclib-"
 
@@ -28,22 +25,8 @@ class CheckpointError(RuntimeError):
     """The checkpoint lacks a file the sink needs (it is not a Spark streaming checkpoint)."""
 
 
-def normalize_location(location: str) -> str:
-    """`location` as Spark and pyarrow both read it: local paths made absolute, `dbfs:/` via FUSE."""
-    if location.startswith("dbfs:/"):
-        return "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
-    if ":" not in location.split("/", 1)[0]:
-        return os.path.abspath(location)
-    return location
-
-
 def _read_text(location: str, name: str) -> str | None:
-    filesystem, root = fs.FileSystem.from_uri(normalize_location(location))
-    try:
-        with filesystem.open_input_stream(f"{root.rstrip('/')}/{name}") as stream:
-            return bytes(stream.read()).decode("utf-8")
-    except FileNotFoundError:
-        return None
+    return read_text(f"{normalize_location(location).rstrip('/')}/{name}")
 
 
 def query_id(location: str) -> str | None:

@@ -64,6 +64,7 @@ from synclib.delta.writer import (
     stream_writer,
     utc_date,
 )
+from synclib.locations import normalize_location
 from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
@@ -379,8 +380,8 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
     at `path`, failed rows into the one at `dead_letters_path`; see the module docstring."""
     spark = raw.sparkSession
     chosen = resolve_engine(spark, engine)
-    location = checkpoint.normalize_location(checkpoint_location)
-    main_path, dead_path = checkpoint.normalize_location(path), checkpoint.normalize_location(dead_letters_path)
+    location = normalize_location(checkpoint_location)
+    main_path, dead_path = normalize_location(path), normalize_location(dead_letters_path)
     columns = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
     main = DeltaTarget(chosen, main_path, location, tuple(columns), log_checkpoints)
     dead = DeltaTarget(chosen, dead_path, location, (), True)

@@ -68,8 +68,9 @@ from deltalake.transaction import PostCommitHookProperties
 from pyarrow import fs
 
 from synclib.background import BackgroundThread
-from synclib.delta import checkpoint, parquet
+from synclib.delta import parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
+from synclib.locations import normalize_location
 from synclib.settings.job import MaintenanceConfig
 
 logger = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -
     hours = math.ceil(options.vacuum_retention / 3600)
     candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
     if len(candidates) <= _VACUUM_CHECK_LIMIT:
-        filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
+        filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
         infos = filesystem.get_file_info([f"{root}/{path}" for path in candidates])
         candidates = [info.path for info in infos if info.type != fs.FileType.NotFound]
     if not candidates:
@@ -339,7 +340,7 @@ def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -
 
 
 def _last_checkpoint(table: DeltaTable) -> int | None:
-    filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
+    filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
     try:
         with filesystem.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as stream:
             return int(json.loads(stream.read())["version"])
@@ -369,7 +370,7 @@ def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repor
         return
     if newest is not None:
         below = min(below, int(newest["version"]))
-    filesystem, root = fs.FileSystem.from_uri(checkpoint.normalize_location(table.table_uri))
+    filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
     cutoff_ns = (now - options.log_retention) * 1e9
     for info in filesystem.get_file_info(fs.FileSelector(f"{root}/_delta_log")):
         match = _LOG_ENTRY.fullmatch(info.base_name)

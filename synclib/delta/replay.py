@@ -22,11 +22,11 @@ from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from synclib.delta import checkpoint
 from synclib.delta.dead_letters import DeadLetterBatches, DeltaTarget, Limits, Transform
 from synclib.delta.isolation import describe
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import arrow_schema
+from synclib.locations import normalize_location
 from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, 
         raw.persist()
         rows = raw.count()
         columns_out = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
-        target = DeltaTarget(engine, checkpoint.normalize_location(main_path), "", tuple(columns_out))
+        target = DeltaTarget(engine, normalize_location(main_path), "", tuple(columns_out))
         batches = DeadLetterBatches(target, target, transform, error_column,
                                     Limits(max_fraction=1.0, max_rows=max(rows, 1)), partition_by_date)
         _, keys, poison = batches.isolate_poison(raw, None) if rows else (0, [], [])

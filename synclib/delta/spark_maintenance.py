@@ -35,8 +35,8 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from synclib.delta import checkpoint
 from synclib.delta.maintenance import Partition, PassReport, cleanup_log, due_partitions, timed_pass
+from synclib.locations import normalize_location
 from synclib.settings.job import MaintenanceConfig
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def run_pass(spark: Any, path: str, options: MaintenanceConfig, now: float | Non
 def _pass(spark: Any, path: str, options: MaintenanceConfig, rs_table: DeltaTable, now: float,
           report: PassReport) -> None:
     _fit_delta_to_local_master(spark)
-    table = f"delta.`{checkpoint.normalize_location(path)}`"
+    table = f"delta.`{normalize_location(path)}`"
     _set_properties(spark, table, options)
     due, report.deferred_files, everything = due_partitions(rs_table, options, now)
     if due:

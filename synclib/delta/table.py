@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyarrow import fs
 
-from synclib.delta import checkpoint
+from synclib.locations import normalize_location
 from synclib.offsets import PartitionOffsets, parse_offsets_json
 
 META_APP_ID = "synclib.appId"
@@ -37,7 +37,7 @@ _TRUST_NEXT_VERSION_S = 60.0
 
 
 def open_table(path: str) -> DeltaTable | None:
-    uri = checkpoint.normalize_location(path)
+    uri = normalize_location(path)
     return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
 
 
@@ -50,7 +50,7 @@ def current_table(path: str) -> DeltaTable | None:
     advance a table by its own commits, and each update lists the log: on local and HDFS
     storage that costs time in proportion to the log's length (kept short by maintenance).
     """
-    uri = checkpoint.normalize_location(path)
+    uri = normalize_location(path)
     cached = _open_tables.get(path)
     table = None
     if cached is not None:

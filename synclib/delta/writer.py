@@ -51,6 +51,7 @@ from synclib.delta.table import (
     open_table,
     parse_offsets,
 )
+from synclib.locations import normalize_location
 from synclib.offsets import parse_offsets_json
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK, ENGINES, parse_bool
 
@@ -298,11 +299,11 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
         raise ValueError(f"partition columns not in the stream: {', '.join(missing)}")
     spark = df.sparkSession
     chosen = resolve_engine(spark, engine)
-    location = checkpoint.normalize_location(checkpoint_location)
+    location = normalize_location(checkpoint_location)
     writer = stream_writer(df, location, trigger, query_name)
     logger.info("writing %s with %s (partitioned by %s), checkpoint %s", path, chosen,
                 partition_by or "nothing", location)
-    table_path = checkpoint.normalize_location(path)
+    table_path = normalize_location(path)
     check_table_layout(table_path, df.schema, partition_by)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)

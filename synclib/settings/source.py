@@ -162,6 +162,10 @@ class SourceOptions(SourceConfig):
     status_file: String | None = Field(None, serialization_alias="statusFile")
     """A JSON file the driver rewrites after every planning call (the job sets it): per partition
     state, follower/leader offsets, high watermark, stale; commit-log counters."""
+    initial_offsets_file: String | None = Field(None, serialization_alias="initialOffsetsFile")
+    """Where the reader keeps the offsets its first micro-batch starts from (the job sets it inside
+    the checkpoint): Spark asks a Python source for them again when it restarts before that batch
+    commits, and `latest` or `committed` would answer differently then."""
     poll_timeout_ms: PositiveInt = Field(512, serialization_alias="pollTimeoutMs")
     """The executors' consumer poll timeout, in milliseconds."""
     remote_poll_interval: PositiveDuration = Field(1.0, serialization_alias="remotePollInterval")

@@ -9,6 +9,7 @@ pickled: Spark ships the reader to workers with its options only.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -34,6 +35,7 @@ from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
 from synclib.leader.tracker import RemoteOffsetsTracker
+from synclib.locations import read_text, write_text
 from synclib.offsets import (
     EARLIEST,
     LATEST,
@@ -240,6 +242,21 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     # -- offsets ---------------------------------------------------------------------
 
     def initialOffset(self) -> OffsetsJson:
+        kept = self.options.initial_offsets_file
+        stored = read_text(kept) if kept else None
+        if kept and stored is not None:
+            try:
+                offsets = parse_offsets_json(stored)
+            except ValueError as exc:
+                raise ValueError(f"initialOffsetsFile {kept}: {exc} (delete it to start afresh)") from None
+            logger.info("initial offsets, kept in %s since the first start: %s", kept, stored)
+            return to_offsets_json(offsets)
+        initial = self._resolve_initial()
+        if kept:
+            write_text(kept, json.dumps(initial))
+        return initial
+
+    def _resolve_initial(self) -> OffsetsJson:
         planner = self.planner
         partitions = planner.metadata.partitions()
         starting = self.options.starting

@@ -7,6 +7,7 @@ is `publish_commit` (deterministic runs with --available-now) or a `SimulatedLea
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,6 +133,10 @@ def venv_is_prepared() -> bool:
     return stamp.exists() and stamp.read_text() == want
 
 
+def kept_initial_offsets(checkpoint: str) -> object:
+    return json.loads((Path(checkpoint) / "synclib" / "initial-offsets.json").read_text())
+
+
 def lose_spark_commit(checkpoint: str, batch_id: int) -> None:
     """What a crash between the Delta commit and Spark's checkpoint commit leaves behind."""
     commits = Path(checkpoint) / "commits"
@@ -162,6 +167,7 @@ def test_forwards_each_released_offset_once_across_restarts_replays_and_a_new_ch
 
     assert_released(spark, job, {0: range(7), 1: range(4)})  # not what the leader has not committed
     assert "batch 0: 11 rows" in output
+    assert kept_initial_offsets(job.checkpoint) == {job.topic: {"0": 0, "1": 0}}  # for a replay of batch 0
     assert f"Delta table {job.table}: version 0, 11 rows, last batch 0" in output
 
     # A restart from the same checkpoint continues with batch 1.
@@ -185,6 +191,7 @@ def test_forwards_each_released_offset_once_across_restarts_replays_and_a_new_ch
     output = job.run("--available-now", "--set", f"checkpoint.location={tmp_path / 'new-checkpoint'}")
 
     assert "resuming from the table's offsets" in output
+    assert kept_initial_offsets(str(tmp_path / "new-checkpoint")) == {job.topic: {"0": 12, "1": 6}}
     assert_released(spark, job, {0: range(15), 1: range(6)})
     assert job.version() == 2
 

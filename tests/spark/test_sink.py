@@ -44,6 +44,7 @@ from synclib.delta.writer import (
     resolve_engine,
     start_delta_stream,
 )
+from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
@@ -389,8 +390,8 @@ def test_checkpoint_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         checkpoint.app_id(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     assert checkpoint.app_id("checkpoint") == checkpoint.app_id(f"file://{location}")
-    assert checkpoint.normalize_location("dbfs:/ckpt/a") == "/dbfs/ckpt/a"
-    assert checkpoint.normalize_location("s3://bucket/ckpt") == "s3://bucket/ckpt"
+    assert normalize_location("dbfs:/ckpt/a") == "/dbfs/ckpt/a"
+    assert normalize_location("s3://bucket/ckpt") == "s3://bucket/ckpt"
 
 
 def test_table_offsets_are_found_in_delta_spark_user_metadata_behind_other_commits(

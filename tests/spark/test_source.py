@@ -21,6 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from synclib.source.datasource import SynchronizedKafkaDataSource
 from tests import mock_cluster
 from tests.forwarder_runs import commit_group
 from tests.librdkafka import Record, produce_burst, transactional_producer
@@ -234,6 +235,35 @@ def test_starting_offsets(world, mode, expected_start):
     query = world.start(trigger={"availableNow": True}, **options)
     assert query.awaitTermination(QUERY_TIMEOUT_S)
     assert world.released() == offsets(0, expected_start[0], 10) + offsets(1, expected_start[1], 10)
+
+
+def test_initial_offsets_are_kept_for_a_restart_before_the_first_batch_commits(world):
+    """Spark asks a Python source for its initial offsets again when it restarts before batch 0
+    commits; with `latest` the answer would have moved (and an end below the start reads from
+    earliest), so the reader keeps its first answer in `initialOffsetsFile`."""
+    kept = world.tmp_path / "checkpoint" / "synclib" / "initial-offsets.json"
+
+    def initial_offsets() -> dict:
+        source = SynchronizedKafkaDataSource(world.options(startingOffsets="latest", initialOffsetsFile=str(kept)))
+        reader = source.streamReader(source.schema())
+        try:
+            return reader.initialOffset()
+        finally:
+            reader.stop()
+
+    for partition in (0, 1):
+        produce_values(world.producer, world.events, partition, 10)
+    first = initial_offsets()
+    assert first == {world.events: {"0": 10, "1": 10}}
+    assert json.loads(kept.read_text()) == first
+    for partition in (0, 1):
+        produce_values(world.producer, world.events, partition, 5, prefix="later")
+    assert initial_offsets() == first  # the restart starts batch 0 where the first start did
+    kept.unlink()
+    assert initial_offsets() == {world.events: {"0": 15, "1": 15}}  # a new checkpoint: afresh
+    kept.write_text('{"events": ')
+    with pytest.raises(ValueError, match=f"initialOffsetsFile {kept}"):
+        initial_offsets()
 
 
 def test_topic_created_while_running_is_read_from_earliest(world, admin):
