@@ -26,7 +26,7 @@ OPTION_NAMES = {
     "subscribe", "subscribePattern", "assign", "commitLogTopic", "synchronizeCommitGroups", "consumerGroup",
     "startingOffsets", "initialOffsetReset", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     "staleAfter", "brokerTimeout", "commitLogTimeout", "readStallTimeout", "commitToConsumerGroup",
-    "publishCommitLog", "remoteOffsets", "statusFile", "pollTimeoutMs", "remotePollInterval",
+    "publishCommitLog", "remoteOffsets", "statusFile", "initialOffsetsFile", "pollTimeoutMs", "remotePollInterval",
     "kafka.bootstrap.servers",
 }
 
