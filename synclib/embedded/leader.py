@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
@@ -13,12 +14,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from kafka.partitioner import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from synclib.embedded.simulation import Headers, Record, SimulationError, Worker, send_ending_single
 from synclib.kafka.client_config import for_consumer, for_producer
 from synclib.leader.commitlog import LEGACY_TIMESTAMP_FORMAT, LEGACY_TIMESTAMP_HEADER, Commit, encode_commit
+
+logger = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT_MS = 10_000  # a commit to a lost coordinator gives up and is retried the next round
 
 
 @dataclass
@@ -82,6 +88,7 @@ class SimulatedLeader(Worker):
         self._stats = LeaderStats()
         self._resets: queue.Queue[_Reset] = queue.Queue()
         self._pending: dict[int, deque[_Consumed]] = {}
+        self._unpublished: dict[int, Commit] = {}  # a round whose commit failed, retried with the next
 
     def committed(self) -> dict[int, int]:
         """The last offset published to the commit log, per partition."""
@@ -180,8 +187,16 @@ class SimulatedLeader(Worker):
                         self.group, self.topic, partition, last.next_offset,
                         orig_message_ts=last.timestamps_ms[-1] / 1000, received_p99=_p99(stamps) / 1000,
                     )
-            if due:
+            due = {**self._unpublished, **due}  # a later commit of a partition covers an earlier one
+            if not due:
+                return
+            try:
                 self._commit(consumer, producer, log_partitions, due)
+            except KafkaError as exc:  # a broker or the group coordinator lost: retried next round
+                logger.warning("%s: commit round failed (%r); retrying it in the next round", self.name, exc)
+                self._unpublished = due
+            else:
+                self._unpublished = {}
 
     def _reset(self, consumer: KafkaConsumer, producer: KafkaProducer, log_partitions: list[int],
                reset: _Reset) -> None:
@@ -197,7 +212,8 @@ class SimulatedLeader(Worker):
         self, consumer: KafkaConsumer, producer: KafkaProducer, log_partitions: list[int], due: Mapping[int, Commit]
     ) -> None:
         """Commit to Kafka, then publish to the commit log; the caller holds the lock."""
-        consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(c.offset, "", -1) for p, c in due.items()})
+        consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(c.offset, "", -1) for p, c in due.items()},
+                        timeout_ms=COMMIT_TIMEOUT_MS)
         records: dict[int, list[Record]] = {}
         for commit in due.values():
             key, value, headers = self._encode(commit)
