@@ -54,7 +54,7 @@ def class_loadable(jvm: Any, class_name: str) -> bool:
 
 class JvmSignalHandler:
     """A `sun.misc.SignalHandler` implemented in Python (a py4j callback): the first TERM or INT
-    restores the JVM's previous handler for that signal, then calls `on_signal("TERM")`, so the
+    calls `on_signal("TERM")`, then restores the JVM's previous handler for that signal, so the
     same signal again gets the JVM's default behaviour (shut down at once)."""
 
     def __init__(self, jvm: Any, on_signal: Callable[[str], None]) -> None:
@@ -79,8 +79,12 @@ class JvmSignalHandler:
 
     def handle(self, sig: Any) -> None:
         name = sig.getName()
-        self._jvm.sun.misc.Signal.handle(sig, self.previous[name])
-        self._on_signal(name)
+        self._on_signal(name)  # first: the stop request must not hang on the call back into the JVM below
+        try:
+            self._jvm.sun.misc.Signal.handle(sig, self.previous[name])
+        except Exception as exc:  # noqa: BLE001 - the request is recorded; only a second signal's effect differs
+            logger.warning("SIG%s: the JVM's own handler is not restored (%s); a second SIG%s is handled "
+                           "like the first", name, exc, name)
 
     class Java:
         implements: ClassVar[list[str]] = ["sun.misc.SignalHandler"]
