@@ -54,22 +54,24 @@ def reset_peak(pid: int) -> bool:
         return False
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after `(comm)` (state first, then ppid, ...; comm may hold
+    spaces and parentheses); None when the process is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else stat.rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of `pid`; None when the process is gone."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def _parents() -> dict[int, int]:
     parents = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _read(f"/proc/{entry}/stat")
-            if stat:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if entry.isdigit() and (fields := stat_fields(int(entry))):
+            parents[int(entry)] = int(fields[1])
     return parents
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.procmem import descendants
+from benchmarks.procmem import descendants, stat_fields
 from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process
 
 logger = logging.getLogger(__name__)
@@ -97,12 +97,8 @@ def session_conf(master_url: str, workers: int, cores: int, memory: str, python:
 def _started(pid: int) -> str | None:
     """The start time of a running process (/proc/<pid>/stat), which tells it from a later one
     with the same pid; None when it is gone or a zombie (spark-class's launcher subshell)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
+    fields = stat_fields(pid)
+    return None if fields is None or fields[0] == "Z" else fields[19]
 
 
 def _tail(path: str, lines: int = 20) -> str:

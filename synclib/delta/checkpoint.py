@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from synclib.locations import normalize_location, read_text
+from synclib.locations import read_text
 
 APP_ID_PREFIX = "synclib-"
 
@@ -26,7 +26,7 @@ class CheckpointError(RuntimeError):
 
 
 def _read_text(location: str, name: str) -> str | None:
-    return read_text(f"{normalize_location(location).rstrip('/')}/{name}")
+    return read_text(f"{location.rstrip('/')}/{name}")
 
 
 def query_id(location: str) -> str | None:

@@ -70,7 +70,7 @@ from pyarrow import fs
 from synclib.background import BackgroundThread
 from synclib.delta import parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
-from synclib.locations import normalize_location
+from synclib.locations import normalize_location, read_text
 from synclib.settings.job import MaintenanceConfig
 
 logger = logging.getLogger(__name__)
@@ -340,12 +340,8 @@ def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -
 
 
 def _last_checkpoint(table: DeltaTable) -> int | None:
-    filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
-    try:
-        with filesystem.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as stream:
-            return int(json.loads(stream.read())["version"])
-    except FileNotFoundError:
-        return None
+    text = read_text(f"{table.table_uri.rstrip('/')}/_delta_log/_last_checkpoint")
+    return None if text is None else int(json.loads(text)["version"])
 
 
 def _checkpoint(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -> None:

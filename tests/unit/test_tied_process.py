@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +20,7 @@ DEADLINE_S = 10.0
 
 STARTER = """
 import subprocess, sys, time
+from benchmarks.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 child = subprocess.Popen(tied_to_this_process(["sleep", "300"]))
 print(child.pid, flush=True)
@@ -28,11 +30,8 @@ time.sleep(300)
 
 def alive(pid: int) -> bool:
     """Running (not gone, not a zombie waiting for init to reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 @pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
