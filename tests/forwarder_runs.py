@@ -23,6 +23,7 @@ from synclib.offsets import TopicPartitionKey
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "jobs" / "forwarder.py"
 RUN_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 120.0  # a graceful stop: the batch in flight, then the summary
 
 
 def _env() -> dict[str, str]:

@@ -34,6 +34,7 @@ from synclib.settings import load_config
 from tests.forwarder_runs import (
     ROOT,
     RUN_TIMEOUT_S,
+    STOP_TIMEOUT_S,
     forwarder_command,
     run_forwarder,
     start_forwarder,
@@ -210,7 +211,7 @@ def test_sigterm_to_spark_submit_stops_after_the_batch_in_flight_and_a_restart_c
         try:
             wait_until(lambda: " batch 3:" in job.output(), RUN_TIMEOUT_S, "four batches")
             process.send_signal(signal.SIGTERM)  # the JVM: spark-submit's own process
-            returncode = process.wait(RUN_TIMEOUT_S)
+            returncode = process.wait(STOP_TIMEOUT_S)
         finally:
             process.kill()
         events.stop()
@@ -240,15 +241,20 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
     config.write_text(yaml.safe_dump(settings))
     log = tmp_path / "job.log"
     with open(log, "w") as out:
+        # As from a terminal's shell, with SIGINT at its default: a test runner started as a
+        # background job of a non-interactive shell passes SIGINT on ignored, and bash can
+        # neither trap nor reset a signal ignored on entry (the job would never see the Ctrl-C).
         process = subprocess.Popen(
-            [str(ROOT / "spark-submit.sh"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-             "--config", str(config)],
+            ["env", "--default-signal=INT", str(ROOT / "spark-submit.sh"), "--master", "local[2]",
+             "--conf", "spark.ui.enabled=false", "--config", str(config)],
             cwd=ROOT, env={**os.environ, "SYNCLIB_VENV": sys.prefix}, stdout=out,
             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         wait_until(lambda: " batch 2:" in log.read_text(), RUN_TIMEOUT_S, "three batches")
         os.killpg(process.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
-        returncode = process.wait(RUN_TIMEOUT_S)
+        returncode = process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no stop {STOP_TIMEOUT_S:.0f} s after Ctrl-C; the job's log ends:\n{log.read_text()[-4000:]}")
     finally:
         process.kill()
 
