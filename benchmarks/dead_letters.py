@@ -25,6 +25,8 @@ from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
 from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
+from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import Limits, start_with_dead_letters
 from synclib.delta.writer import start_delta_stream
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
@@ -48,11 +50,13 @@ def produce(bootstrap: str, topic: str, log: str, events: int, poison_every: int
 
 def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, variant: str, batch: int,
         engine: str) -> dict[str, Any]:
-    raw = spark.readStream.format("synchronized_kafka").options(**{
+    checkpoint = str(directory / "checkpoint")
+    options = {
         "kafka.bootstrap.servers": bootstrap, "subscribe": topic, "commitLogTopic": log,
         "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest",
-        "maxOffsetsPerTrigger": str(batch)}).load()
-    common = {"path": str(directory / "table"), "checkpoint_location": str(directory / "checkpoint"),
+        "maxOffsetsPerTrigger": str(batch), "initialOffsetsFile": initial_offsets_file(checkpoint)}
+    raw = spark.readStream.format("synchronized_kafka").options(**options).load()
+    common = {"path": str(directory / "table"), "checkpoint_location": checkpoint,
               "engine": engine, "trigger": {"availableNow": True}}
     load = os.getloadavg()[0]
     started = time.monotonic()
@@ -62,7 +66,8 @@ def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, varia
         query = start_delta_stream(kept, **common)
     else:
         query, _ = start_with_dead_letters(raw, parse_events, dead_letters_path=str(directory / "dead"),
-                                           error_column=ERROR_COLUMN, limits=Limits(max_rows=100), **common)
+                                           error_column=ERROR_COLUMN, limits=Limits(max_rows=100),
+                                           source_rows=MicroBatchSourceRows(spark, options, checkpoint), **common)
     query.awaitTermination()
     wall = time.monotonic() - started
     batches = [p for p in query.recentProgress if "addBatch" in p.durationMs]

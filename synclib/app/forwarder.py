@@ -16,6 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
@@ -96,10 +97,11 @@ class Forwarder:
     def start(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
         """Start the query: the `synchronized_kafka` source, the transform, the Delta sink."""
         register(spark)
-        df = (spark.readStream.format(FORMAT_NAME)
-              .options(**self.source_options(bootstrap, status_path)).load())
-        if self.config.sink.dead_letters.enabled:  # the transform is applied per batch there
-            return self._start_with_dead_letters(df)
+        options = self.source_options(bootstrap, status_path)
+        df = spark.readStream.format(FORMAT_NAME).options(**options).load()
+        if self.config.sink.dead_letters.enabled:
+            return self._start_with_dead_letters(df, MicroBatchSourceRows(spark, options,
+                                                                          self.config.checkpoint.location))
         if self.transform is not None:
             df = self.transform(df)
         sink = self.config.sink
@@ -108,14 +110,14 @@ class Forwarder:
             partition_by=sink.partition_by, partition_by_date=sink.partition_by_date, trigger=self._trigger(),
             query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
 
-    def _start_with_dead_letters(self, df: DataFrame) -> StreamingQuery:
+    def _start_with_dead_letters(self, df: DataFrame, source_rows: MicroBatchSourceRows) -> StreamingQuery:
         """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
         sink = self.config.sink
         options = sink.dead_letters
         query, self.dead_letters = start_with_dead_letters(
             df, self.transform, path=sink.path, dead_letters_path=sink.dead_letters_path,
             checkpoint_location=self.config.checkpoint.location, error_column=options.error_column,
-            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows),
+            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows), source_rows=source_rows,
             engine=sink.engine, partition_by=sink.partition_by, partition_by_date=sink.partition_by_date,
             trigger=self._trigger(), query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
         return query

@@ -1,18 +1,20 @@
 """Dead letters: rows the transform rejects or raises on go to a second Delta table, so one
 poison event does not stop the forwarder.
 
-With `sink.dead_letters.enabled` the job writes through `foreachBatch` (both engines) and
-applies the transform inside it, to each micro-batch of source rows:
+With `sink.dead_letters.enabled` the job writes through `foreachBatch` (both engines). The
+transform runs in the streaming plan, as without dead letters, so `foreachBatch` receives each
+micro-batch transformed, and a batch with nothing to divert costs one write:
 
 1. The main table is written first, exactly as without dead letters: one Delta commit with
    the application transaction `(app_id, batch id)` and the batch's offsets. Rows whose
    error column (`sink.dead_letters.error_column`, a nullable string the transform may add)
    is not null are left out of it; Spark's `observe` counts them in the same pass.
-2. If that write fails, the batch's source rows are cached and the transform is evaluated
-   on them with Spark's `noop` writer (nothing written): all of them first (success means the
-   failure was not the transform's, and it is raised as it was), then halves, down to
-   single rows (`synclib.delta.isolation`). The rows it raises on are poison; the others go
-   to the main table in one commit.
+2. Only when a batch has dead letters are its source rows read again (`SourceRows`: a batch
+   read of the source by the offsets Spark logged for the batch). If the write failed, the
+   transform is evaluated on them with Spark's `noop` writer (nothing written): all of them
+   first (success means the failure was not the transform's, and it is raised as it was),
+   then halves, down to single rows (`synclib.delta.isolation`). The rows it raises on are
+   poison; the others go to the main table in one commit.
 3. The dead letters (rejected and poison rows: source columns, error class and message,
    batch id, app id, time) go to the dead-letter table in one commit carrying the same
    transaction `(app_id, batch id)` and offsets.
@@ -85,6 +87,7 @@ SCHEMA = StructType([
 MESSAGE_CHARS = 4000  # error messages are cut to this length
 
 Transform = Callable[[DataFrame], DataFrame]
+SourceRows = Callable[[int], DataFrame]  # a micro-batch's source rows, read again by its offsets
 
 
 class DeadLetterLimitExceeded(RuntimeError):
@@ -165,11 +168,13 @@ class DeadLetterBatches:
     """
 
     def __init__(self, main: DeltaTarget, dead: DeltaTarget, transform: Transform | None,
-                 error_column: str | None, limits: Limits, partition_by_date: bool = False) -> None:
+                 error_column: str | None, limits: Limits, source_rows: SourceRows,
+                 partition_by_date: bool = False) -> None:
         self.main, self.dead = main, dead
         self.transform = transform
         self.error_column = error_column
         self.limits = limits
+        self.source_rows = source_rows
         self.partition_by_date = partition_by_date
         self.total: Counter[str] = Counter()
         self.by_batch: dict[int, int] = {}
@@ -178,61 +183,88 @@ class DeadLetterBatches:
     def transformed(self, raw: DataFrame) -> DataFrame:
         return raw if self.transform is None else self.transform(raw)
 
-    def prepared(self, raw: DataFrame) -> DataFrame:
-        """What goes to the main table: transformed, rejected rows out, the date column added."""
+    def streamed(self, raw: DataFrame) -> DataFrame:
+        """What `foreachBatch` receives: transformed, the date column added, the error column kept."""
         df = self.transformed(raw)
-        if self.error_column is not None:
-            df = df.where(F.col(self.error_column).isNull()).drop(self.error_column)
-        if self.partition_by_date:
-            df = df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp")))
-        return df
-
-    def __call__(self, raw: DataFrame, batch_id: int) -> None:
-        app_id = checkpoint.app_id(self.main.checkpoint)
-        try:
-            if self.main.done(app_id, batch_id):
-                if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
-                    self._dead_letters_again(raw, app_id, batch_id)
-                return
-            self._forward(raw, app_id, batch_id)
-        finally:
-            raw.unpersist()
-
-    def _forward(self, raw: DataFrame, app_id: str, batch_id: int) -> None:
-        rows_seen, rejected_seen = Observation(), Observation()
-        keys: list[Key] | None = None
-        source = raw.observe(rows_seen, F.count(F.lit(1)).alias("rows"))
-        try:
-            self.main.write(self._observed_prepared(source, rejected_seen), app_id, batch_id)
-        except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
-            rows, keys, poison = self.isolate_poison(raw, failure)
-            self._check(batch_id, len(poison), rows, keys, poison)
-            rows_seen, rejected_seen = Observation(), Observation()
-            good = raw.where(~_rows_in(poison)) if poison else raw
-            self.main.write(self._observed_prepared(good, rejected_seen), app_id, batch_id)
-        else:
-            poison = []
-            rows = int(rows_seen.get["rows"])
-        rejected = int(rejected_seen.get["rejected"]) if self.error_column is not None else 0
-        if rejected or poison:
-            self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
-
-    def _observed_prepared(self, raw: DataFrame, rejected: Observation) -> DataFrame:
-        if self.error_column is None:
-            return self.prepared(raw)
-        df = self.transformed(raw).observe(
-            rejected, F.count(F.col(self.error_column)).alias("rejected"))
-        df = df.where(F.col(self.error_column).isNull()).drop(self.error_column)
         return df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp"))) if self.partition_by_date else df
 
-    def _dead_letters_again(self, raw: DataFrame, app_id: str, batch_id: int) -> None:
+    def kept(self, streamed: DataFrame) -> DataFrame:
+        """What goes to the main table of what `streamed` gives: the rows the transform did not reject."""
+        if self.error_column is None:
+            return streamed
+        return streamed.where(F.col(self.error_column).isNull()).drop(self.error_column)
+
+    def prepared(self, raw: DataFrame) -> DataFrame:
+        """What goes to the main table of the source rows `raw`."""
+        return self.kept(self.streamed(raw))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        app_id = checkpoint.app_id(self.main.checkpoint)
+        if self.main.done(app_id, batch_id):
+            if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
+                self._dead_letters_again(app_id, batch_id)
+            return
+        self._forward(batch, app_id, batch_id)
+
+    def _forward(self, batch: DataFrame, app_id: str, batch_id: int) -> None:
+        """Write the main table from the streamed `batch`; read the source rows again only for dead letters."""
+        raw: DataFrame | None = None
+        keys: list[Key] | None = None
+        try:
+            try:
+                rejected = self._write_main(batch, app_id, batch_id)
+            except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
+                raw = self._source_rows_for(batch_id, failure)
+                rows, keys, poison = self.isolate_poison(raw, failure)
+                self._check(batch_id, len(poison), rows, keys, poison)
+                good = raw.where(~_rows_in(poison)) if poison else raw
+                rejected = self._write_main(self.streamed(good), app_id, batch_id)
+            else:
+                if not rejected:
+                    return
+                poison = []
+                raw = self._source_rows_for(batch_id, None)
+                raw.persist(StorageLevel.MEMORY_AND_DISK)
+                rows = raw.count()
+            self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
+        finally:
+            if raw is not None:
+                raw.unpersist()
+
+    def _write_main(self, streamed: DataFrame, app_id: str, batch_id: int) -> int:
+        """Write the kept rows of `streamed` to the main table; the number of rejected rows."""
+        if self.error_column is None:
+            self.main.write(streamed, app_id, batch_id)
+            return 0
+        seen = Observation()
+        self.main.write(self.kept(streamed.observe(seen, F.count(F.col(self.error_column)).alias("rejected"))),
+                        app_id, batch_id)
+        return int(seen.get["rejected"])
+
+    def _source_rows_for(self, batch_id: int, failure: Exception | None) -> DataFrame:
+        """The batch's source rows; `failure` (what writing the batch raised) is raised instead
+        when they cannot be had."""
+        try:
+            return self.source_rows(batch_id)
+        except Exception as exc:
+            if failure is None:
+                raise
+            logger.warning("batch %d: its source rows cannot be read again to look for poison rows (%s)",
+                           batch_id, exc)
+            raise failure from None
+
+    def _dead_letters_again(self, app_id: str, batch_id: int) -> None:
         """A replayed batch already in the main table: derive its dead letters and write them
         unless it had none."""
-        rows, keys, poison = self.isolate_poison(raw, None)
-        rejected = self.rejected_rows(raw, poison).count() if self.error_column is not None else 0
-        if rejected or poison:
-            logger.info("batch %d is in %s but not its dead letters: writing them", batch_id, self.main.path)
-            self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
+        raw = self.source_rows(batch_id)
+        try:
+            rows, keys, poison = self.isolate_poison(raw, None)
+            rejected = self.rejected_rows(raw, poison).count() if self.error_column is not None else 0
+            if rejected or poison:
+                logger.info("batch %d is in %s but not its dead letters: writing them", batch_id, self.main.path)
+                self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
+        finally:
+            raw.unpersist()
 
     def isolate_poison(self, raw: DataFrame, failure: Exception | None) -> tuple[int, list[Key], list[Failure]]:
         """(rows, sorted keys, poison rows) of the batch; `failure` (what writing it raised) is
@@ -372,12 +404,13 @@ def error_of(exc: BaseException) -> Error:
 
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path: str, dead_letters_path: str,
                             checkpoint_location: str, error_column: str | None, limits: Limits,
-                            engine: str = "auto", partition_by: Sequence[str] = (),
+                            source_rows: SourceRows, engine: str = "auto", partition_by: Sequence[str] = (),
                             partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
                             query_name: str | None = None,
                             log_checkpoints: bool = True) -> tuple[StreamingQuery, DeadLetterBatches]:
     """Start the streaming `raw` (the source's rows) through `transform` into the Delta table
-    at `path`, failed rows into the one at `dead_letters_path`; see the module docstring."""
+    at `path`, failed rows into the one at `dead_letters_path`; `source_rows(batch_id)` reads a
+    micro-batch's rows of `raw` again (see the module docstring)."""
     spark = raw.sparkSession
     chosen = resolve_engine(spark, engine)
     location = normalize_location(checkpoint_location)
@@ -385,7 +418,7 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
     columns = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
     main = DeltaTarget(chosen, main_path, location, tuple(columns), log_checkpoints)
     dead = DeltaTarget(chosen, dead_path, location, (), True)
-    batches = DeadLetterBatches(main, dead, transform, error_column, limits, partition_by_date)
+    batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, partition_by_date)
     transformed = batches.transformed(raw)
     if error_column is not None:
         missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
@@ -395,7 +428,8 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
                              "(rows it rejects are traced to their Kafka offsets)")
     if partition_by_date and DATE_COLUMN in transformed.columns:
         raise ValueError(f"partition_by_date adds column {DATE_COLUMN!r}, which the stream already has")
-    schema = batches.prepared(raw).schema
+    streamed = batches.streamed(raw)
+    schema = batches.kept(streamed).schema
     absent = [c for c in columns if c not in schema.fieldNames()]
     if absent:
         raise ValueError(f"partition columns not in the stream: {', '.join(absent)}")
@@ -405,7 +439,7 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
         check_table_layout(main_path, schema, columns)
         check_table_layout(dead_path, SCHEMA, ())
         spark.dataSource.register(DeltaBatchSink)
-    writer = stream_writer(raw, location, trigger, query_name)
+    writer = stream_writer(streamed, location, trigger, query_name)
     logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", main_path, chosen,
                 columns or "nothing", dead_path, location)
     return writer.foreachBatch(batches).start(), batches

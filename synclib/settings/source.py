@@ -166,6 +166,9 @@ class SourceOptions(SourceConfig):
     """Where the reader keeps the offsets its first micro-batch starts from (the job sets it inside
     the checkpoint): Spark asks a Python source for them again when it restarts before that batch
     commits, and `latest` or `committed` would answer differently then."""
+    ending_offsets: String | None = Field(None, serialization_alias="endingOffsets")
+    """Batch reads (`spark.read`) only: `latest` (the default) or offsets JSON, where the read ends
+    (exclusive); the read is not gated."""
     poll_timeout_ms: PositiveInt = Field(512, serialization_alias="pollTimeoutMs")
     """The executors' consumer poll timeout, in milliseconds."""
     remote_poll_interval: PositiveDuration = Field(1.0, serialization_alias="remotePollInterval")

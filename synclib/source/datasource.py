@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -79,6 +79,9 @@ class SynchronizedKafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> SynchronizedKafkaStreamReader:
         return SynchronizedKafkaStreamReader(SourceOptions.from_spark(self.options), schema)
+
+    def reader(self, schema: StructType) -> SynchronizedKafkaBatchReader:
+        return SynchronizedKafkaBatchReader(SourceOptions.from_spark(self.options), schema)
 
 
 class _Planner:
@@ -329,42 +332,10 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     # -- partitions and reading --------------------------------------------------------
 
     def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
-        """The offset ranges with work, packed and split into tasks (`plan_tasks`). A partition
-        new in this batch, or moved back to earliest after its topic was recreated (end below
-        start), reads from earliest."""
-        start_offsets, end_offsets = parse_offsets_json(start), parse_offsets_json(end)
-        with_work = {tp: stop for tp, stop in end_offsets.items() if start_offsets.get(tp) != stop}
-        earliest = self.planner.metadata.earliest_offsets(with_work)
-        ranges = []
-        for tp, stop in sorted(with_work.items()):
-            first = start_offsets.get(tp)
-            if first is None or first > stop:
-                first = earliest.get(tp, 0)
-            elif first < earliest.get(tp, 0):
-                first = self._data_lost_before(tp, first, earliest[tp])
-            if first < stop:
-                ranges.append(OffsetRange(tp[0], tp[1], first, stop))
-        return plan_tasks(ranges)
-
-    def _data_lost_before(self, tp: TopicPartitionKey, first: int, earliest: int) -> int:
-        message = (f"{tp[0]}[{tp[1]}]: offsets [{first}, {earliest}) were deleted before they "
-                   f"were read (retention or truncation)")
-        if self.options.fail_on_data_loss:
-            raise KafkaDataLossError(message + "; set failOnDataLoss=false to skip them")
-        logger.warning("%s; skipping them (failOnDataLoss=false)", message)
-        return earliest
+        return plan_reads(parse_offsets_json(start), parse_offsets_json(end), self.planner.metadata, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaInputPartition)
-        return read_partition(
-            partition,
-            self.options.client_config,
-            spark_compat.to_arrow_schema(self.schema),
-            include_headers=self.options.include_headers,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-            poll_timeout_ms=self.options.poll_timeout_ms,
-            stall_timeout_s=self.options.read_stall_timeout,
-        )
+        return read_records(partition, self.options, self.schema)
 
     def commit(self, end: OffsetsJson) -> None:
         """Nothing to release: reading holds no broker-side state."""
@@ -373,3 +344,78 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+
+
+class SynchronizedKafkaBatchReader(DataSourceReader):
+    """`spark.read.format("synchronized_kafka")`: the records between `startingOffsets`
+    (`earliest` or offsets JSON) and `endingOffsets` (`latest` or offsets JSON), ungated, as
+    Spark's Kafka batch read; for example a micro-batch again, by the offsets Spark logged for it."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        metadata = KafkaMetadata(self.options.client_config, self.options.subscription,
+                                 retry_timeout_s=self.options.broker_timeout)
+        try:
+            starting = self.options.starting
+            start = {} if starting == "earliest" else starting  # partitions left out: from earliest
+            if not isinstance(start, dict):
+                raise ValueError(f"a batch read starts at earliest or at offsets JSON, not {starting!r}")
+            ending = self.options.ending_offsets
+            if ending is None or ending == "latest":
+                end = metadata.high_watermarks(metadata.partitions())
+            else:
+                try:
+                    end = parse_offsets_json(ending)
+                except ValueError as exc:
+                    raise ValueError(f"option endingOffsets: {exc}") from None
+            return plan_reads(start, end, metadata, self.options)
+        finally:
+            metadata.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_records(partition, self.options, self.schema)
+
+
+def plan_reads(start: PartitionOffsets, end: PartitionOffsets, metadata: KafkaMetadata,
+               options: SourceOptions) -> Sequence[InputPartition]:
+    """The offset ranges with work, packed and split into tasks (`plan_tasks`). A partition
+    without a start, or moved back to earliest after its topic was recreated (end below
+    start), reads from earliest."""
+    with_work = {tp: stop for tp, stop in end.items() if start.get(tp) != stop}
+    earliest = metadata.earliest_offsets(with_work)
+    ranges = []
+    for tp, stop in sorted(with_work.items()):
+        first = start.get(tp)
+        if first is None or first > stop:
+            first = earliest.get(tp, 0)
+        elif first < earliest.get(tp, 0):
+            first = _data_lost_before(tp, first, earliest[tp], options.fail_on_data_loss)
+        if first < stop:
+            ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+    return plan_tasks(ranges)
+
+
+def _data_lost_before(tp: TopicPartitionKey, first: int, earliest: int, fail_on_data_loss: bool) -> int:
+    message = (f"{tp[0]}[{tp[1]}]: offsets [{first}, {earliest}) were deleted before they "
+               f"were read (retention or truncation)")
+    if fail_on_data_loss:
+        raise KafkaDataLossError(message + "; set failOnDataLoss=false to skip them")
+    logger.warning("%s; skipping them (failOnDataLoss=false)", message)
+    return earliest
+
+
+def read_records(partition: InputPartition, options: SourceOptions, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """A read task's records, as Arrow batches of `schema`."""
+    assert isinstance(partition, KafkaInputPartition)
+    return read_partition(
+        partition,
+        options.client_config,
+        spark_compat.to_arrow_schema(schema),
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+        stall_timeout_s=options.read_stall_timeout,
+    )

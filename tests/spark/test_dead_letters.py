@@ -16,6 +16,8 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
+from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import Limits, start_with_dead_letters
 from synclib.delta.replay import replay
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
@@ -28,13 +30,17 @@ QUERY_TIMEOUT_S = 1200  # delta-spark: minutes per batch at load 25 on 2 cores
 def run(spark: Any, bootstrap: str, events: str, log: str, directory: Path, engine: str,
         limits: Limits | None = None, **options: str) -> Any:
     """One Trigger.AvailableNow run of the gated stream with dead letters; the query."""
-    raw = spark.readStream.format("synchronized_kafka").options(**{
+    checkpoint = str(directory / "checkpoint")
+    source_options = {
         "kafka.bootstrap.servers": bootstrap, "subscribe": events, "commitLogTopic": log,
-        "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest", **options}).load()
+        "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest",
+        "initialOffsetsFile": initial_offsets_file(checkpoint), **options}
+    raw = spark.readStream.format("synchronized_kafka").options(**source_options).load()
     query, _ = start_with_dead_letters(
         raw, parse_events, path=str(directory / "table"), dead_letters_path=str(directory / "dead"),
-        checkpoint_location=str(directory / "checkpoint"), error_column=ERROR_COLUMN, limits=limits or Limits(),
-        engine=engine, trigger={"availableNow": True})
+        checkpoint_location=checkpoint, error_column=ERROR_COLUMN, limits=limits or Limits(),
+        source_rows=MicroBatchSourceRows(spark, source_options, checkpoint), engine=engine,
+        trigger={"availableNow": True})
     started = time.monotonic()
     with contextlib.suppress(StreamingQueryException):  # the caller looks at query.exception()
         query.awaitTermination(QUERY_TIMEOUT_S)

@@ -151,6 +151,28 @@ def test_each_partition_released_exactly_below_its_commit(world, spark):
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_batch_read_between_offsets_is_not_gated(world, spark):
+    """`spark.read`: what a dead-letter sink reads a micro-batch again with; the leader has
+    committed nothing here, and the range is read all the same."""
+    produce_values(world.producer, world.events, 0, 20)
+    produce_values(world.producer, world.events, 1, 12)
+
+    def read(**overrides: str) -> Any:
+        return (spark.read.format("synchronized_kafka").options(**world.options(**overrides)).load()
+                .selectExpr("partition", "offset", "cast(value as string) as value"))
+
+    def rows(ranges: list[tuple[int, int, int]]) -> Any:
+        return spark.createDataFrame([(p, o, f"v-{p}-{o}") for p, start, stop in ranges for o in range(start, stop)],
+                                     "partition int, offset long, value string")
+
+    between = read(startingOffsets=json.dumps({world.events: {"0": 5}}),  # partition 1 left out: earliest
+                   endingOffsets=json.dumps({world.events: {"0": 15, "1": 12}}))
+    assert_df_equality(between, rows([(0, 5, 15), (1, 0, 12)]), ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(read(), rows([(0, 0, 20), (1, 0, 12)]), ignore_row_order=True, ignore_nullable=True)
+    with pytest.raises(Exception, match="endingOffsets"):
+        read(endingOffsets="{not json").collect()
+
+
 def test_leader_moving_backwards_releases_nothing_new_until_it_passes(world):
     produce_values(world.producer, world.events, 0, 30)
     world.start()

@@ -1,0 +1,43 @@
+"""A micro-batch's source rows again, by the offsets Spark logged for it: the rows the
+dead-letter sink isolates poison rows in and takes dead letters from
+(`synclib.delta.dead_letters.SourceRows`), read only when a batch has dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from synclib.delta import checkpoint
+from synclib.locations import normalize_location, read_text
+from synclib.source.datasource import FORMAT_NAME
+
+
+class MicroBatchSourceRows:
+    """`rows(batch_id)`: a batch read of the `synchronized_kafka` source with the stream's
+    `options`, from batch N-1's end offsets (batch 0: the stream's `initialOffsetsFile`) to
+    batch N's, both from Spark's offset log in `checkpoint_location`."""
+
+    def __init__(self, spark: SparkSession, options: Mapping[str, str], checkpoint_location: str) -> None:
+        self.spark = spark
+        self.options = dict(options)
+        self.location = normalize_location(checkpoint_location)
+        self.initial_offsets_file = next(
+            (value for key, value in options.items() if key.lower() == "initialoffsetsfile"), None)
+
+    def __call__(self, batch_id: int) -> DataFrame:
+        end = checkpoint.batch_offsets(self.location, batch_id)
+        start = checkpoint.batch_offsets(self.location, batch_id - 1) if batch_id > 0 else self._initial()
+        if start is None or end is None:
+            raise checkpoint.CheckpointError(
+                f"batch {batch_id} in {self.location!r}: Spark's offset log has no offsets of the source")
+        return (self.spark.read.format(FORMAT_NAME).options(**self.options)
+                .option("startingOffsets", start).option("endingOffsets", end).load())
+
+    def _initial(self) -> str:
+        text = read_text(self.initial_offsets_file) if self.initial_offsets_file else None
+        if text is None:
+            raise checkpoint.CheckpointError(
+                "batch 0's start offsets are unknown: the stream's source needs the option initialOffsetsFile "
+                f"(now {self.initial_offsets_file or 'unset'}), where it keeps them")
+        return text.strip()
