@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
-from synclib.delta.dead_letters import Limits, start_with_dead_letters
+from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.delta.writer import start_delta_stream
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.leader.commitlog import Commit, encode_commit
@@ -60,19 +60,21 @@ def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, varia
               "engine": engine, "trigger": {"availableNow": True}}
     load = os.getloadavg()[0]
     started = time.monotonic()
+    dead_letters: DeadLetterBatches | None = None
     if variant == "plain":
         # the rows a user without dead letters keeps: those the transform does not reject
         kept = parse_events(raw).where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN)
         query = start_delta_stream(kept, **common)
     else:
-        query, _ = start_with_dead_letters(raw, parse_events, dead_letters_path=str(directory / "dead"),
-                                           error_column=ERROR_COLUMN, limits=Limits(max_rows=100),
-                                           source_rows=MicroBatchSourceRows(spark, options, checkpoint), **common)
+        query, dead_letters = start_with_dead_letters(
+            raw, parse_events, dead_letters_path=str(directory / "dead"), error_column=ERROR_COLUMN,
+            limits=Limits(max_rows=100), source_rows=MicroBatchSourceRows(spark, options, checkpoint), **common)
     query.awaitTermination()
     wall = time.monotonic() - started
     batches = [p for p in query.recentProgress if "addBatch" in p.durationMs]
     return {"variant": variant, "wall_s": round(wall, 1), "batches": len(batches),
-            "rows": sum(p.numInputRows for p in batches),
+            "rows": sum(p.numInputRows if dead_letters is None else dead_letters.input_rows(p.batchId, p.numInputRows)
+                        for p in batches),
             "add_batch_ms": round(sum(p.durationMs["addBatch"] for p in batches) / max(1, len(batches))),
             "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1)}
 

@@ -176,9 +176,10 @@ class Forwarder:
 
     def _report(self, query: StreamingQuery, reporter: ProgressReporter, status_path: str) -> None:
         # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
-        progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows} for p in query.recentProgress]
-        status = PlannerStatus.read(status_path)
         letters = self.dead_letters
+        progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows if letters is None
+                       else letters.input_rows(p.batchId, p.numInputRows)} for p in query.recentProgress]
+        status = PlannerStatus.read(status_path)
         self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
         if not self.config.logging.progress:
             return

@@ -164,7 +164,8 @@ class DeadLetterBatches:
     """The `foreachBatch` function: main table, isolation, dead-letter table (module docstring).
 
     Runs in the driver's Python process, so its counters are the job's: `total` dead letters
-    by topic in this run and `by_batch` (batch id -> dead letters of that batch).
+    by topic in this run, `by_batch` (batch id -> dead letters of that batch) and `read_again`
+    (batch id -> source rows of a batch whose write failed, see `input_rows`).
     """
 
     def __init__(self, main: DeltaTarget, dead: DeltaTarget, transform: Transform | None,
@@ -178,6 +179,13 @@ class DeadLetterBatches:
         self.partition_by_date = partition_by_date
         self.total: Counter[str] = Counter()
         self.by_batch: dict[int, int] = {}
+        self.read_again: dict[int, int] = {}
+
+    def input_rows(self, batch_id: int, reported: int) -> int:
+        """The rows of batch `batch_id`, given Spark's `numInputRows` for it: Spark counts only
+        the read tasks of writes that succeeded, so a batch whose first write failed on a
+        poison row reports too few; its count here is that of its rows read again."""
+        return self.read_again.get(batch_id, reported)
 
     # the transform as the main table sees it
     def transformed(self, raw: DataFrame) -> DataFrame:
@@ -216,6 +224,7 @@ class DeadLetterBatches:
             except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
                 raw = self._source_rows_for(batch_id, failure)
                 rows, keys, poison = self.isolate_poison(raw, failure)
+                self.read_again = {**self.read_again, batch_id: rows}  # a new object: read from another thread
                 self._check(batch_id, len(poison), rows, keys, poison)
                 good = raw.where(~_rows_in(poison)) if poison else raw
                 rejected = self._write_main(self.streamed(good), app_id, batch_id)

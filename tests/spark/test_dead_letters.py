@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
 from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
-from synclib.delta.dead_letters import Limits, start_with_dead_letters
+from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.delta.replay import replay
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
@@ -28,15 +28,15 @@ QUERY_TIMEOUT_S = 1200  # delta-spark: minutes per batch at load 25 on 2 cores
 
 
 def run(spark: Any, bootstrap: str, events: str, log: str, directory: Path, engine: str,
-        limits: Limits | None = None, **options: str) -> Any:
-    """One Trigger.AvailableNow run of the gated stream with dead letters; the query."""
+        limits: Limits | None = None, **options: str) -> tuple[Any, DeadLetterBatches]:
+    """One Trigger.AvailableNow run of the gated stream with dead letters; the query and the sink."""
     checkpoint = str(directory / "checkpoint")
     source_options = {
         "kafka.bootstrap.servers": bootstrap, "subscribe": events, "commitLogTopic": log,
         "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest",
         "initialOffsetsFile": initial_offsets_file(checkpoint), **options}
     raw = spark.readStream.format("synchronized_kafka").options(**source_options).load()
-    query, _ = start_with_dead_letters(
+    query, batches = start_with_dead_letters(
         raw, parse_events, path=str(directory / "table"), dead_letters_path=str(directory / "dead"),
         checkpoint_location=checkpoint, error_column=ERROR_COLUMN, limits=limits or Limits(),
         source_rows=MicroBatchSourceRows(spark, source_options, checkpoint), engine=engine,
@@ -48,7 +48,7 @@ def run(spark: Any, bootstrap: str, events: str, log: str, directory: Path, engi
         query.stop()
         raise AssertionError(f"the {engine} run did not finish within {QUERY_TIMEOUT_S}s")
     print(f"{engine}: the run took {time.monotonic() - started:.1f}s")
-    return query
+    return query, batches
 
 
 def read(spark: Any, table: Path, columns: str) -> Any:
@@ -80,8 +80,11 @@ def poisoned(producer: Any, new_topic: Any) -> tuple[str, str]:
 def test_poison_rows_go_to_the_dead_letter_table_once_the_rest_to_the_main_table(
         spark: Any, bootstrap_servers: str, poisoned: tuple[str, str], tmp_path: Path, engine: str) -> None:
     events, log = poisoned
-    query = run(spark, bootstrap_servers, events, log, tmp_path, engine, maxOffsetsPerTrigger="20")
+    query, batches = run(spark, bootstrap_servers, events, log, tmp_path, engine, maxOffsetsPerTrigger="20")
     assert query.exception() is None, query.exception()
+    progress = [p for p in query.recentProgress if "addBatch" in p.durationMs]
+    counted = sum(batches.input_rows(p.batchId, p.numInputRows) for p in progress)
+    assert counted == 2 * EVENTS_PER_PARTITION, progress  # every row once, in the batches with poison rows too
 
     assert_df_equality(main_rows(spark, tmp_path), spark.createDataFrame(good_rows(), "partition int, offset long"),
                        ignore_row_order=True, ignore_nullable=True)
@@ -104,7 +107,7 @@ def test_poison_rows_go_to_the_dead_letter_table_once_the_rest_to_the_main_table
         (tmp_path / "checkpoint" / "commits" / name).unlink(missing_ok=True)
     if engine == DELTA_SPARK:  # a crashed JVM has no cached snapshot of the table: neither may this one
         spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    assert run(spark, bootstrap_servers, events, log, tmp_path, engine).exception() is None
+    assert run(spark, bootstrap_servers, events, log, tmp_path, engine)[0].exception() is None
 
     assert_df_equality(main_rows(spark, tmp_path), spark.createDataFrame(good_rows(), "partition int, offset long"),
                        ignore_row_order=True, ignore_nullable=True)
@@ -129,8 +132,8 @@ def test_poison_rows_go_to_the_dead_letter_table_once_the_rest_to_the_main_table
 def test_too_much_of_a_batch_failing_stops_the_query_naming_its_offsets(
         spark: Any, bootstrap_servers: str, poisoned: tuple[str, str], tmp_path: Path) -> None:
     events, log = poisoned
-    query = run(spark, bootstrap_servers, events, log, tmp_path, DELTA_RS, Limits(max_fraction=0.1, max_rows=2),
-                maxOffsetsPerTrigger="48")
+    query, _ = run(spark, bootstrap_servers, events, log, tmp_path, DELTA_RS, Limits(max_fraction=0.1, max_rows=2),
+                   maxOffsetsPerTrigger="48")
     error = str(query.exception())
     assert "fail the transform" in error and f"{events}[0] offsets [0, 24), {events}[1] offsets [0, 24)" in error, error
     assert not (tmp_path / "dead").exists()

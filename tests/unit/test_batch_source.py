@@ -1,0 +1,35 @@
+"""Which offsets a micro-batch is read again with: Spark's offset log, and for batch 0 the
+source's initialOffsetsFile (no Spark needed to get there)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.delta.checkpoint import CheckpointError
+
+OPTIONS = {"kafka.bootstrap.servers": "k:9092", "subscribe": "events"}
+
+
+def offset_log(checkpoint: Path, batch_id: int, offsets: str) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch_id)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{offsets}\n')
+
+
+def test_batch_zero_without_the_initial_offsets_file_names_the_option(tmp_path: Path) -> None:
+    offset_log(tmp_path, 0, '{"events":{"0":5}}')
+    rows = MicroBatchSourceRows(None, OPTIONS, str(tmp_path))  # type: ignore[arg-type]  # not reached
+
+    with pytest.raises(CheckpointError, match=r"batch 0's start offsets are unknown: .* initialOffsetsFile"):
+        rows(0)
+
+
+def test_a_batch_missing_from_the_offset_log_is_named(tmp_path: Path) -> None:
+    offset_log(tmp_path, 0, '{"events":{"0":5}}')
+    rows = MicroBatchSourceRows(None, {**OPTIONS, "InitialOffsetsFile": str(tmp_path / "initial.json")},  # type: ignore[arg-type]
+                                str(tmp_path))
+
+    with pytest.raises(CheckpointError, match="no offset log entry for batch 3"):
+        rows(3)
