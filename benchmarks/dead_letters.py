@@ -68,7 +68,7 @@ def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, varia
     else:
         query, dead_letters = start_with_dead_letters(
             raw, parse_events, dead_letters_path=str(directory / "dead"), error_column=ERROR_COLUMN,
-            limits=Limits(max_rows=100), source_rows=MicroBatchSourceRows(spark, options, checkpoint), **common)
+            limits=Limits(max_rows=100), source_rows=MicroBatchSourceRows(options, checkpoint), **common)
     query.awaitTermination()
     wall = time.monotonic() - started
     batches = [p for p in query.recentProgress if "addBatch" in p.durationMs]

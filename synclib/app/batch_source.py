@@ -14,24 +14,24 @@ from synclib.source.datasource import FORMAT_NAME
 
 
 class MicroBatchSourceRows:
-    """`rows(batch_id)`: a batch read of the `synchronized_kafka` source with the stream's
+    """`rows(spark, batch_id)`: a batch read of the `synchronized_kafka` source with the stream's
     `options`, from batch N-1's end offsets (batch 0: the stream's `initialOffsetsFile`) to
-    batch N's, both from Spark's offset log in `checkpoint_location`."""
+    batch N's, both from Spark's offset log in `checkpoint_location`. Holds no session, so it
+    travels with a `foreachBatch` function (Spark Connect runs that in the server)."""
 
-    def __init__(self, spark: SparkSession, options: Mapping[str, str], checkpoint_location: str) -> None:
-        self.spark = spark
+    def __init__(self, options: Mapping[str, str], checkpoint_location: str) -> None:
         self.options = dict(options)
         self.location = normalize_location(checkpoint_location)
         self.initial_offsets_file = next(
             (value for key, value in options.items() if key.lower() == "initialoffsetsfile"), None)
 
-    def __call__(self, batch_id: int) -> DataFrame:
+    def __call__(self, spark: SparkSession, batch_id: int) -> DataFrame:
         end = checkpoint.batch_offsets(self.location, batch_id)
         start = checkpoint.batch_offsets(self.location, batch_id - 1) if batch_id > 0 else self._initial()
         if start is None or end is None:
             raise checkpoint.CheckpointError(
                 f"batch {batch_id} in {self.location!r}: Spark's offset log has no offsets of the source")
-        return (self.spark.read.format(FORMAT_NAME).options(**self.options)
+        return (spark.read.format(FORMAT_NAME).options(**self.options)
                 .option("startingOffsets", start).option("endingOffsets", end).load())
 
     def _initial(self) -> str:

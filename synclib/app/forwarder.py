@@ -100,8 +100,7 @@ class Forwarder:
         options = self.source_options(bootstrap, status_path)
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
         if self.config.sink.dead_letters.enabled:
-            return self._start_with_dead_letters(df, MicroBatchSourceRows(spark, options,
-                                                                          self.config.checkpoint.location))
+            return self._start_with_dead_letters(df, MicroBatchSourceRows(options, self.config.checkpoint.location))
         if self.transform is not None:
             df = self.transform(df)
         sink = self.config.sink

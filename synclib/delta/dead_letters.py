@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.streaming.query import StreamingQuery
@@ -87,7 +87,7 @@ SCHEMA = StructType([
 MESSAGE_CHARS = 4000  # error messages are cut to this length
 
 Transform = Callable[[DataFrame], DataFrame]
-SourceRows = Callable[[int], DataFrame]  # a micro-batch's source rows, read again by its offsets
+SourceRows = Callable[[SparkSession, int], DataFrame]  # a micro-batch's source rows, read again by its offsets
 
 
 class DeadLetterLimitExceeded(RuntimeError):
@@ -210,7 +210,7 @@ class DeadLetterBatches:
         app_id = checkpoint.app_id(self.main.checkpoint)
         if self.main.done(app_id, batch_id):
             if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
-                self._dead_letters_again(app_id, batch_id)
+                self._dead_letters_again(batch.sparkSession, app_id, batch_id)
             return
         self._forward(batch, app_id, batch_id)
 
@@ -222,7 +222,7 @@ class DeadLetterBatches:
             try:
                 rejected = self._write_main(batch, app_id, batch_id)
             except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
-                raw = self._source_rows_for(batch_id, failure)
+                raw = self._source_rows_for(batch, batch_id, failure)
                 rows, keys, poison = self.isolate_poison(raw, failure)
                 self.read_again = {**self.read_again, batch_id: rows}  # a new object: read from another thread
                 self._check(batch_id, len(poison), rows, keys, poison)
@@ -232,7 +232,7 @@ class DeadLetterBatches:
                 if not rejected:
                     return
                 poison = []
-                raw = self._source_rows_for(batch_id, None)
+                raw = self._source_rows_for(batch, batch_id, None)
                 raw.persist(StorageLevel.MEMORY_AND_DISK)
                 rows = raw.count()
             self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
@@ -250,11 +250,11 @@ class DeadLetterBatches:
                         app_id, batch_id)
         return int(seen.get["rejected"])
 
-    def _source_rows_for(self, batch_id: int, failure: Exception | None) -> DataFrame:
-        """The batch's source rows; `failure` (what writing the batch raised) is raised instead
+    def _source_rows_for(self, batch: DataFrame, batch_id: int, failure: Exception | None) -> DataFrame:
+        """The source rows of `batch`; `failure` (what writing it raised) is raised instead
         when they cannot be had."""
         try:
-            return self.source_rows(batch_id)
+            return self.source_rows(batch.sparkSession, batch_id)
         except Exception as exc:
             if failure is None:
                 raise
@@ -262,10 +262,10 @@ class DeadLetterBatches:
                            batch_id, exc)
             raise failure from None
 
-    def _dead_letters_again(self, app_id: str, batch_id: int) -> None:
+    def _dead_letters_again(self, spark: SparkSession, app_id: str, batch_id: int) -> None:
         """A replayed batch already in the main table: derive its dead letters and write them
         unless it had none."""
-        raw = self.source_rows(batch_id)
+        raw = self.source_rows(spark, batch_id)
         try:
             rows, keys, poison = self.isolate_poison(raw, None)
             rejected = self.rejected_rows(raw, poison).count() if self.error_column is not None else 0
@@ -418,8 +418,8 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path
                             query_name: str | None = None,
                             log_checkpoints: bool = True) -> tuple[StreamingQuery, DeadLetterBatches]:
     """Start the streaming `raw` (the source's rows) through `transform` into the Delta table
-    at `path`, failed rows into the one at `dead_letters_path`; `source_rows(batch_id)` reads a
-    micro-batch's rows of `raw` again (see the module docstring)."""
+    at `path`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
+    reads a micro-batch's rows of `raw` again (see the module docstring)."""
     spark = raw.sparkSession
     chosen = resolve_engine(spark, engine)
     location = normalize_location(checkpoint_location)

@@ -84,7 +84,7 @@ def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, 
         target = DeltaTarget(engine, normalize_location(main_path), "", tuple(columns_out))
         batches = DeadLetterBatches(target, target, transform, error_column,
                                     Limits(max_fraction=1.0, max_rows=max(rows, 1)),
-                                    source_rows=lambda _: raw, partition_by_date=partition_by_date)
+                                    source_rows=lambda _spark, _batch: raw, partition_by_date=partition_by_date)
         _, keys, poison = batches.isolate_poison(raw, None) if rows else (0, [], [])
         failing = {f.key: f"{f.error_class}: {f.message.strip().splitlines()[0] if f.message.strip() else ''}"
                    for f in poison}

@@ -39,7 +39,7 @@ def run(spark: Any, bootstrap: str, events: str, log: str, directory: Path, engi
     query, batches = start_with_dead_letters(
         raw, parse_events, path=str(directory / "table"), dead_letters_path=str(directory / "dead"),
         checkpoint_location=checkpoint, error_column=ERROR_COLUMN, limits=limits or Limits(),
-        source_rows=MicroBatchSourceRows(spark, source_options, checkpoint), engine=engine,
+        source_rows=MicroBatchSourceRows(source_options, checkpoint), engine=engine,
         trigger={"availableNow": True})
     started = time.monotonic()
     with contextlib.suppress(StreamingQueryException):  # the caller looks at query.exception()

@@ -20,16 +20,15 @@ def offset_log(checkpoint: Path, batch_id: int, offsets: str) -> None:
 
 def test_batch_zero_without_the_initial_offsets_file_names_the_option(tmp_path: Path) -> None:
     offset_log(tmp_path, 0, '{"events":{"0":5}}')
-    rows = MicroBatchSourceRows(None, OPTIONS, str(tmp_path))  # type: ignore[arg-type]  # not reached
+    rows = MicroBatchSourceRows(OPTIONS, str(tmp_path))
 
     with pytest.raises(CheckpointError, match=r"batch 0's start offsets are unknown: .* initialOffsetsFile"):
-        rows(0)
+        rows(None, 0)  # type: ignore[arg-type]  # no session needed to find the offsets
 
 
 def test_a_batch_missing_from_the_offset_log_is_named(tmp_path: Path) -> None:
     offset_log(tmp_path, 0, '{"events":{"0":5}}')
-    rows = MicroBatchSourceRows(None, {**OPTIONS, "InitialOffsetsFile": str(tmp_path / "initial.json")},  # type: ignore[arg-type]
-                                str(tmp_path))
+    rows = MicroBatchSourceRows({**OPTIONS, "InitialOffsetsFile": str(tmp_path / "initial.json")}, str(tmp_path))
 
     with pytest.raises(CheckpointError, match="no offset log entry for batch 3"):
-        rows(3)
+        rows(None, 3)  # type: ignore[arg-type]
