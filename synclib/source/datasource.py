@@ -362,7 +362,8 @@ class SynchronizedKafkaBatchReader(DataSourceReader):
             starting = self.options.starting
             start = {} if starting == "earliest" else starting  # partitions left out: from earliest
             if not isinstance(start, dict):
-                raise ValueError(f"a batch read starts at earliest or at offsets JSON, not {starting!r}")
+                raise ValueError(f"option startingOffsets: a batch read starts at earliest or at offsets JSON, "
+                                 f"not {starting!r}")
             ending = self.options.ending_offsets
             if ending is None or ending == "latest":
                 end = metadata.high_watermarks(metadata.partitions())
@@ -371,12 +372,20 @@ class SynchronizedKafkaBatchReader(DataSourceReader):
                     end = parse_offsets_json(ending)
                 except ValueError as exc:
                     raise ValueError(f"option endingOffsets: {exc}") from None
-            return plan_reads(start, end, metadata, self.options)
+            return plan_reads(_resolved(start, metadata), _resolved(end, metadata), metadata, self.options)
         finally:
             metadata.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_records(partition, self.options, self.schema)
+
+
+def _resolved(offsets: PartitionOffsets, metadata: KafkaMetadata) -> PartitionOffsets:
+    """Spark's -2 (earliest) and -1 (latest) in offsets JSON, as the partitions' offsets."""
+    earliest = metadata.earliest_offsets([tp for tp, offset in offsets.items() if offset == EARLIEST])
+    latest = metadata.high_watermarks([tp for tp, offset in offsets.items() if offset == LATEST])
+    return {tp: earliest.get(tp, 0) if offset == EARLIEST else latest.get(tp, 0) if offset == LATEST else offset
+            for tp, offset in offsets.items()}
 
 
 def plan_reads(start: PartitionOffsets, end: PartitionOffsets, metadata: KafkaMetadata,

@@ -169,6 +169,9 @@ def test_batch_read_between_offsets_is_not_gated(world, spark):
                    endingOffsets=json.dumps({world.events: {"0": 15, "1": 12}}))
     assert_df_equality(between, rows([(0, 5, 15), (1, 0, 12)]), ignore_row_order=True, ignore_nullable=True)
     assert_df_equality(read(), rows([(0, 0, 20), (1, 0, 12)]), ignore_row_order=True, ignore_nullable=True)
+    spark_sentinels = read(startingOffsets=json.dumps({world.events: {"0": -2, "1": 10}}),  # -2 earliest,
+                           endingOffsets=json.dumps({world.events: {"0": 3, "1": -1}}))  # -1 latest
+    assert_df_equality(spark_sentinels, rows([(0, 0, 3), (1, 10, 12)]), ignore_row_order=True, ignore_nullable=True)
     with pytest.raises(Exception, match="endingOffsets"):
         read(endingOffsets="{not json").collect()
 
