@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from benchmarks.procmem import stat_fields
 from synclib.embedded import jvm
 from synclib.embedded.broker import EmbeddedBroker, tied_to_this_process
 from synclib.embedded.leader import SimulatedLeader
@@ -47,24 +48,15 @@ def _session_pids(sid: int) -> set[int]:
     """Live (not zombie) processes of session `sid`."""
     pids = set()
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+        fields = stat_fields(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
             pids.add(int(entry.name))
     return pids
 
 
-def _process_state(pid: int) -> bytes | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return stat[stat.rindex(b")") + 2:].split()[0]
+def _process_state(pid: int) -> str | None:
+    fields = stat_fields(pid)
+    return None if fields is None else fields[0]
 
 
 def _signal(pids: Sequence[int], signum: int) -> None:
@@ -158,7 +150,7 @@ class JobRun:
         while new := _session_pids(self._process.pid) - self._frozen:
             _signal(sorted(new), signal.SIGSTOP)
             self._frozen |= new
-        wait_for(lambda: all(_process_state(p) in (None, b"T", b"t", b"Z") for p in self._frozen),
+        wait_for(lambda: all(_process_state(p) in (None, "T", "t", "Z") for p in self._frozen),
                  10.0, "the frozen job to stop", interval_s=0.001)
 
     def thaw(self) -> None:
