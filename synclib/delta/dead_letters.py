@@ -85,6 +85,7 @@ SCHEMA = StructType([
     StructField("batch_id", LongType()), StructField("app_id", StringType()),
     StructField("dead_lettered_at", TimestampType())])
 MESSAGE_CHARS = 4000  # error messages are cut to this length
+REMEMBERED_BATCHES = 1000  # per-batch counts kept for progress reports (Spark keeps the last 100)
 
 Transform = Callable[[DataFrame], DataFrame]
 SourceRows = Callable[[SparkSession, int], DataFrame]  # a micro-batch's source rows, read again by its offsets
@@ -224,7 +225,7 @@ class DeadLetterBatches:
             except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
                 raw = self._source_rows_for(batch, batch_id, failure)
                 rows, keys, poison = self.isolate_poison(raw, failure)
-                self.read_again = {**self.read_again, batch_id: rows}  # a new object: read from another thread
+                self.read_again = _recent(self.read_again, batch_id, rows)
                 self._check(batch_id, len(poison), rows, keys, poison)
                 good = raw.where(~_rows_in(poison)) if poison else raw
                 rejected = self._write_main(self.streamed(good), app_id, batch_id)
@@ -358,13 +359,19 @@ class DeadLetterBatches:
             letters.unpersist()
         count = sum(by_topic.values())
         self.total = self.total + by_topic  # new objects: the job's progress loop reads them from another thread
-        self.by_batch = {**self.by_batch, batch_id: count}
+        self.by_batch = _recent(self.by_batch, batch_id, count)
         logger.warning("batch %d: %d dead letters written to %s (%s)", batch_id, count, self.dead.path,
                        ", ".join(f"{_where(f)} {f.error_class}" for f in poison[:5])
                        + (f"{', ' if poison else ''}{rejected} rejected by the transform" if rejected else ""))
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+def _recent(counts: Mapping[int, int], batch_id: int, count: int) -> dict[int, int]:
+    """`counts` with `batch_id: count`, without batches older than the last REMEMBERED_BATCHES
+    (a job runs for weeks); a new object, as the job's progress loop reads it from another thread."""
+    return {**{b: c for b, c in counts.items() if b > batch_id - REMEMBERED_BATCHES}, batch_id: count}
+
 
 def _rows_in(failures: Sequence[Failure]) -> Column:
     return reduce(lambda a, b: a | b, [

@@ -8,6 +8,7 @@ from prometheus_client import generate_latest
 from synclib.app.metrics import ForwarderMetrics
 from synclib.app.progress import ProgressReporter, dead_letters_note
 from synclib.app.status import StatusReport, format_status
+from synclib.delta.dead_letters import REMEMBERED_BATCHES, _recent
 from tests.unit.test_progress import progress
 
 
@@ -35,3 +36,12 @@ def test_the_status_command_shows_the_dead_letter_table() -> None:
                           dead_letters=("/t_dead_letters", {"events": 3}))
     assert "dead letters in /t_dead_letters: 3, 3 of topic events" in format_status(report)
     assert report.to_json()["dead_letters"] == {"path": "/t_dead_letters", "by_topic": {"events": 3}}
+
+
+def test_per_batch_counts_stay_bounded_over_a_long_run() -> None:
+    counts: dict[int, int] = {}
+    for batch_id in range(0, 10 * REMEMBERED_BATCHES, 3):  # a poison row every third batch, for weeks
+        counts = _recent(counts, batch_id, 1)
+    newest = max(counts)
+    assert newest == 10 * REMEMBERED_BATCHES - 1 and min(counts) > newest - REMEMBERED_BATCHES
+    assert len(counts) <= REMEMBERED_BATCHES // 3 + 1
