@@ -4,7 +4,9 @@ through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 
 from pyarrow import fs
 
@@ -29,11 +31,18 @@ def read_text(location: str) -> str | None:
 
 
 def write_text(location: str, text: str) -> None:
-    """Write `text` to the file at `location` whole: a temporary file beside it, then moved over it
-    (a crash leaves the old file or the new one, never half of one, where a move is a rename)."""
+    """Write `text` to the file at `location` whole: a temporary file of its own beside it, then
+    moved over it (a reader sees the old file or the new one, never half of one, where a move is
+    a rename)."""
     filesystem, path = fs.FileSystem.from_uri(normalize_location(location))
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    temporary = f"{path}.tmp"
-    with filesystem.open_output_stream(temporary) as stream:
-        stream.write(text.encode("utf-8"))
-    filesystem.move(temporary, path)
+    directory, name = path.rsplit("/", 1)
+    filesystem.create_dir(directory, recursive=True)
+    temporary = f"{directory}/.{name}-{uuid.uuid4().hex}.tmp"
+    try:
+        with filesystem.open_output_stream(temporary) as stream:
+            stream.write(text.encode("utf-8"))
+        filesystem.move(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            filesystem.delete_file(temporary)
+        raise

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from synclib.delta import checkpoint
 from synclib.locations import normalize_location, read_text
+from synclib.settings.source import SourceOptions
 from synclib.source.datasource import FORMAT_NAME
 
 
@@ -22,8 +23,7 @@ class MicroBatchSourceRows:
     def __init__(self, options: Mapping[str, str], checkpoint_location: str) -> None:
         self.options = dict(options)
         self.location = normalize_location(checkpoint_location)
-        self.initial_offsets_file = next(
-            (value for key, value in options.items() if key.lower() == "initialoffsetsfile"), None)
+        self.initial_offsets_file = SourceOptions.from_spark(options).initial_offsets_file
 
     def __call__(self, spark: SparkSession, batch_id: int) -> DataFrame:
         end = checkpoint.batch_offsets(self.location, batch_id)

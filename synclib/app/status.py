@@ -38,6 +38,7 @@ from synclib.kafka.admin import KafkaMetadata
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
+from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
 from synclib.settings import ConfigError, ForwarderConfig, SourceOptions, load_config
 from synclib.source.state import Offsets, get_state_from_offsets
@@ -46,7 +47,6 @@ from synclib.source.status import (
     PartitionStatus,
     group_offsets,
     leader_commit_age,
-    write_json_atomically,
 )
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE = 0, 1, 2
@@ -68,8 +68,8 @@ def embedded_broker_file(checkpoint_location: str) -> str:
 def advertise_embedded_broker(checkpoint_location: str, bootstrap_servers: str) -> Iterator[str]:
     """Write the running embedded broker's address next to the job's checkpoint; remove it on exit."""
     path = embedded_broker_file(checkpoint_location)
-    write_json_atomically(path, {"bootstrap_servers": bootstrap_servers, "pid": os.getpid(),
-                                 "started_at": time.time()})
+    write_text(path, json.dumps({"bootstrap_servers": bootstrap_servers, "pid": os.getpid(),
+                                "started_at": time.time()}))
     try:
         yield path
     finally:

@@ -264,7 +264,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         partitions = planner.metadata.partitions()
         starting = self.options.starting
         if isinstance(starting, dict):
-            offsets = self._resolve_specific(starting, partitions)
+            offsets = resolve_offsets(starting, planner.metadata, partitions)
         elif starting == "earliest":
             offsets = planner.metadata.earliest_offsets(partitions)
         elif starting == "committed":
@@ -279,16 +279,6 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         logger.info("initial offsets (%s): %s", starting if isinstance(starting, str) else "json",
                     to_offsets_json(offsets))
         return to_offsets_json(offsets)
-
-    def _resolve_specific(self, given: PartitionOffsets, partitions: Sequence[TopicPartitionKey]) -> PartitionOffsets:
-        """Spark's -2/-1 mean earliest/latest; partitions not given start from earliest."""
-        metadata = self.planner.metadata
-        wanted = set(partitions) | set(given)
-        earliest = metadata.earliest_offsets(
-            [tp for tp in wanted if given.get(tp, EARLIEST) == EARLIEST])
-        latest = metadata.high_watermarks([tp for tp in wanted if given.get(tp) == LATEST])
-        return {tp: earliest.get(tp, 0) if given.get(tp, EARLIEST) == EARLIEST
-                else latest.get(tp, 0) if given[tp] == LATEST else given[tp] for tp in wanted}
 
     def latestOffset(self, start: OffsetsJson | None = None, limit: ReadLimit | None = None) -> OffsetsJson:
         if start is None:  # Spark 4.0/4.1 runners call latestOffset() without arguments
@@ -372,7 +362,8 @@ class SynchronizedKafkaBatchReader(DataSourceReader):
                     end = parse_offsets_json(ending)
                 except ValueError as exc:
                     raise ValueError(f"option endingOffsets: {exc}") from None
-            return plan_reads(_resolved(start, metadata), _resolved(end, metadata), metadata, self.options)
+            return plan_reads(resolve_offsets(start, metadata), resolve_offsets(end, metadata), metadata,
+                              self.options)
         finally:
             metadata.close()
 
@@ -380,12 +371,15 @@ class SynchronizedKafkaBatchReader(DataSourceReader):
         return read_records(partition, self.options, self.schema)
 
 
-def _resolved(offsets: PartitionOffsets, metadata: KafkaMetadata) -> PartitionOffsets:
-    """Spark's -2 (earliest) and -1 (latest) in offsets JSON, as the partitions' offsets."""
-    earliest = metadata.earliest_offsets([tp for tp, offset in offsets.items() if offset == EARLIEST])
-    latest = metadata.high_watermarks([tp for tp, offset in offsets.items() if offset == LATEST])
-    return {tp: earliest.get(tp, 0) if offset == EARLIEST else latest.get(tp, 0) if offset == LATEST else offset
-            for tp, offset in offsets.items()}
+def resolve_offsets(given: PartitionOffsets, metadata: KafkaMetadata,
+                    partitions: Sequence[TopicPartitionKey] = ()) -> PartitionOffsets:
+    """Offsets JSON as the partitions' offsets: Spark's -2/-1 mean earliest/latest; `partitions`
+    not given start from earliest."""
+    wanted = set(partitions) | set(given)
+    earliest = metadata.earliest_offsets([tp for tp in wanted if given.get(tp, EARLIEST) == EARLIEST])
+    latest = metadata.high_watermarks([tp for tp in wanted if given.get(tp) == LATEST])
+    return {tp: earliest.get(tp, 0) if given.get(tp, EARLIEST) == EARLIEST
+            else latest.get(tp, 0) if given[tp] == LATEST else given[tp] for tp in wanted}
 
 
 def plan_reads(start: PartitionOffsets, end: PartitionOffsets, metadata: KafkaMetadata,

@@ -29,13 +29,12 @@ None) and absent optional keys (their defaults). A value of the wrong type is a
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from synclib.leader.commitlog import Commit
+from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
 from synclib.source.state import SynchronizedPartitionState
 
@@ -163,7 +162,7 @@ class PlannerStatus:
 
     def write(self, path: str) -> None:
         """Replace `path` atomically: a reader sees the previous document or this one."""
-        write_json_atomically(path, self.to_json())
+        write_text(path, json.dumps(self.to_json()))
 
     @classmethod
     def read(cls, path: str) -> PlannerStatus | None:
@@ -189,20 +188,6 @@ def leader_commit_age(tp: TopicPartitionKey, commits: LeaderCommits, now: float)
     if not commits or len(known) < len(commits):
         return None
     return round(now - min(known), 1)
-
-
-def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
-    """Write JSON to a temporary file next to `path`, then rename it over `path`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}-")
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(payload, out)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 _KINDS = {int: "an integer", float: "a number", str: "a string", bool: "a boolean", dict: "an object",

@@ -10,7 +10,8 @@ import pytest
 from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.delta.checkpoint import CheckpointError
 
-OPTIONS = {"kafka.bootstrap.servers": "k:9092", "subscribe": "events"}
+OPTIONS = {"kafka.bootstrap.servers": "k:9092", "subscribe": "events", "commitLogTopic": "log",
+           "synchronizeCommitGroups": "snuba"}
 
 
 def offset_log(checkpoint: Path, batch_id: int, offsets: str) -> None:
