@@ -7,12 +7,17 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from pyarrow import fs
 
 
 def normalize_location(location: str) -> str:
-    """`location` as Spark and pyarrow both read it: local paths made absolute, `dbfs:/` via FUSE."""
+    """`location` as Spark, pyarrow and delta-rs all read it: local paths made absolute, `dbfs:/` via
+    FUSE, `s3a://` as `s3://` (pyarrow knows only the latter; the job maps both to Hadoop's S3A)."""
+    if location[:6].lower() == "s3a://":
+        return "s3://" + location[6:]
     if location.startswith("dbfs:/"):
         return "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
     if ":" not in location.split("/", 1)[0]:
@@ -46,3 +51,30 @@ def write_text(location: str, text: str) -> None:
         with contextlib.suppress(OSError):
             filesystem.delete_file(temporary)
         raise
+
+
+_SDK_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
+
+
+def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) -> fs.S3FileSystem:
+    """pyarrow's S3 filesystem for the standard `AWS_*` variables in `variables` (endpoint, region,
+    credentials, `AWS_ALLOW_HTTP`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`), as delta-rs reads them;
+    `timeout_s` bounds each request and turns retries off (a check, not a job)."""
+    endpoint = variables.get("AWS_ENDPOINT_URL")
+    options: dict[str, Any] = {
+        "region": variables.get("AWS_REGION", "us-east-1"),
+        "access_key": variables.get("AWS_ACCESS_KEY_ID"),
+        "secret_key": variables.get("AWS_SECRET_ACCESS_KEY"),
+        "session_token": variables.get("AWS_SESSION_TOKEN"),
+        "force_virtual_addressing": bool(endpoint) and variables.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true",
+    }
+    if endpoint:
+        scheme, _, address = endpoint.partition("://")
+        options.update(endpoint_override=address, scheme=scheme)
+    for name in _SDK_VARIABLES:  # the AWS SDK reads these from the process environment only
+        if name in variables:
+            os.environ[name] = variables[name]
+    if timeout_s is not None:
+        options.update(connect_timeout=timeout_s, request_timeout=timeout_s,
+                       retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
+    return fs.S3FileSystem(**{key: value for key, value in options.items() if value is not None})
