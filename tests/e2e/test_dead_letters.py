@@ -157,7 +157,7 @@ def assert_readers_exit_cleanly(config: Path, events: str) -> None:
     for run in range(LIST_RUNS):
         listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(config),
                                  "list"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+                                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
         assert listed.returncode == 0, (run, listed.returncode, listed.stderr[-2000:])
         offsets = {tuple(map(int, m)) for m in re.findall(rf"^{events}\[(\d+)\] offset (\d+) ", listed.stdout, re.M)}
         assert offsets == set(POISON), listed.stdout
