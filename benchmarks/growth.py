@@ -54,6 +54,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
+from synclib.delta.table import read_arrow
 from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
 from synclib.embedded import jvm
 from synclib.settings.job import MaintenanceConfig, TriggerConfig
@@ -194,7 +195,7 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
     table.micro_batch(reopen=False)  # the first commit of a run opens the table
     commits = sorted(table.micro_batch(reopen=mode == "reopen") * 1000 for _ in range(batches))
     started = time.perf_counter()
-    DeltaTable(table.path).to_pyarrow_table()
+    read_arrow(table.path)
     read_ms = (time.perf_counter() - started) * 1000
     current = DeltaTable(table.path)
     return Measurement(mode=mode, versions=age,

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from synclib.delta import checkpoint
 from synclib.delta.maintenance import COMPACTED_FILE, MAINTENANCE_APP_ID
-from synclib.delta.table import read_table_offsets
+from synclib.delta.table import read_arrow, read_table_offsets
 
 PLANNING, READING, DELTA_COMMITTED, MAINTENANCE = "planning", "reading", "delta-committed", "maintenance"
 WINDOWS = (PLANNING, READING, DELTA_COMMITTED, MAINTENANCE)
@@ -144,7 +144,7 @@ def table_rows(table: Path) -> Counter[Row]:
     """How many times each (partition, offset) is in the Delta table."""
     if not DeltaTable.is_deltatable(str(table)):
         return Counter()
-    rows = DeltaTable(str(table)).to_pyarrow_table(columns=["partition", "offset"]).to_pydict()
+    rows = read_arrow(str(table), columns=["partition", "offset"]).to_pydict()
     return Counter(zip(rows["partition"], rows["offset"], strict=True))
 
 

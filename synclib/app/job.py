@@ -13,12 +13,13 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from synclib.app.embedded_locations import start_embedded_afresh
 from synclib.app.preflight import EXIT_KAFKA, KafkaUnavailable, check_job_kafka
 from synclib.app.transform import load_transform
-from synclib.settings import ConfigError, load_config
+from synclib.settings import ConfigError, ForwarderConfig, load_config
 
 logger = logging.getLogger("synclib.forwarder")
 
@@ -37,6 +38,25 @@ def parse_args(argv: Sequence[str], default_config: str | None = None) -> argpar
     parser.add_argument("--healthcheck-file", metavar="PATH",
                         help="touch PATH while the query is healthy (monitoring.healthcheck_file)")
     return parser.parse_args(argv)
+
+
+def config_sections(config: ForwarderConfig) -> Iterator[tuple[str, str]]:
+    """The effective configuration, a line per section: `dotted.key=value` for every setting
+    that is set (secrets masked, as `ForwarderConfig.redacted` gives them)."""
+    for section, values in config.redacted().items():
+        if isinstance(values, dict):
+            settings = [f"{key}={json.dumps(value)}" for key, value in _flatten(values) if value is not None]
+            yield section, " ".join(settings) or "(defaults)"
+        elif values is not None:
+            yield section, json.dumps(values)
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def configure_logging(level: str) -> None:
@@ -61,7 +81,8 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
         print(f"forwarder: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(config.logging.level)
-    logger.info("configuration %s: %s", args.config, json.dumps(config.redacted(), default=str))
+    for section, settings in config_sections(config):
+        logger.info("configuration %s: %s: %s", args.config, section, settings)
     if replaced:
         logger.info("embedded: a new world each run; removed the previous embedded run's %s", " and ".join(replaced))
     if not config.kafka.embedded:

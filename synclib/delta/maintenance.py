@@ -379,7 +379,7 @@ def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repor
 
 class MaintenanceThread(BackgroundThread):
     """Runs `run_pass` every `options.interval` on a daemon thread of low CPU priority (Linux
-    `setpriority` on the thread); `on_pass` receives each report (progress output, metrics)."""
+    `setpriority` on the thread); `on_pass` receives each report (the metrics)."""
 
     def __init__(self, path: str, options: MaintenanceConfig,
                  on_pass: Sequence[Callable[[PassReport], None]] = (),

@@ -196,8 +196,9 @@ class SourceOptions(SourceConfig):
         try:
             return cls.model_validate(values, context=SPARK)
         except ValidationError as exc:
-            path, problem = explain(exc, cls, _SPARK_NAMING)
-            raise SourceOptionError(f"option {_option(path)!r}: {problem}") from None
+            problems = explain(exc, cls, _SPARK_NAMING)
+            raise SourceOptionError("; ".join(f"option {_option(path)!r}: {problem}" for path, problem in problems)) \
+                from None
 
 
 def _option(path: KeyPath) -> str:

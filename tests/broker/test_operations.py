@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
+from synclib.delta.table import read_arrow
 from synclib.kafka.client_config import for_admin, for_consumer, for_producer
 from synclib.kafka.reader import consumer_settings
 from synclib.settings import ConfigError, SourceOptions, load_config
@@ -156,5 +156,5 @@ def test_leader_without_commit_log_through_the_job(bootstrap_servers, producer, 
 
 
 def read_rows(path: str) -> list[tuple[int, int]]:
-    table = DeltaTable(path).to_pyarrow_table(columns=["partition", "offset"])
+    table = read_arrow(path, columns=["partition", "offset"])
     return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))

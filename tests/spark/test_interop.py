@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from synclib.delta import checkpoint, spark_maintenance
 from synclib.delta.maintenance import run_pass
+from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
@@ -119,7 +120,7 @@ def test_a_date_partitioned_table_is_read_by_the_other_engine_and_duckdb(
 
     assert_rows(stream, {0: range(4), 1: range(3)})
     assert duckdb_rows(stream.table) == pairs({0: range(4), 1: range(3)})
-    by_rs = DeltaTable(stream.table).to_pyarrow_table(columns=["offset", "partition", "date"]).to_pylist()
+    by_rs = read_arrow(stream.table, columns=["offset", "partition", "date"]).to_pylist()
     by_spark = [r.asDict() for r in spark.read.format("delta").load(stream.table)
                 .select("offset", "partition", "date").collect()]
     key = lambda r: (r["partition"], r["offset"])  # noqa: E731

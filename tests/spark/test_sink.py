@@ -34,7 +34,7 @@ from pyspark.sql.types import (
 )
 
 from synclib.delta import checkpoint
-from synclib.delta.table import TableSummary, read_table_offsets, synclib_metadata, table_summary
+from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
     DeltaStreamWriter,
@@ -156,7 +156,7 @@ class Stream:
 
     def rows(self) -> DataFrame:
         """The table's source columns as delta-rs reads them."""
-        data = DeltaTable(self.table).to_pyarrow_table()
+        data = read_arrow(self.table)
         return self.spark.createDataFrame(data.select(KAFKA_SCHEMA.fieldNames()).cast(
             arrow_schema(KAFKA_SCHEMA)))
 
@@ -318,7 +318,7 @@ def test_partition_by_date_uses_the_utc_date_in_any_session_time_zone(stream: St
                                     f"date={a['partitionValues']['date']}/part-") for a in adds), adds
     table = DeltaTable(stream.table)
     assert table.metadata().partition_columns == ["partition", "date"]
-    dates = table.to_pyarrow_table(columns=["offset", "partition", "date"]).sort_by(
+    dates = read_arrow(stream.table, columns=["offset", "partition", "date"]).sort_by(
         [("partition", "ascending"), ("offset", "ascending")])
     assert [d.isoformat() for d in dates["date"].to_pylist()] == [
         "2024-01-01", "2024-01-01", "2024-01-02", "2024-01-01"]
@@ -359,7 +359,7 @@ def test_partition_values_with_any_characters_round_trip(tmp_path: Path) -> None
 
     writer.commit([writer.write(iter([batch]))], 0)
 
-    data = DeltaTable(table).to_pyarrow_table().sort_by("n")
+    data = read_arrow(table).sort_by("n")
     assert data.to_pydict() == {"name": names, "n": [1, 2, 3]}
     assert sorted(os.listdir(table)) == [
         "_delta_log", "name=__HIVE_DEFAULT_PARTITION__", "name=a%20b%3Ac%25d%2F%C3%A9%3D",
