@@ -6,6 +6,7 @@
 #   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
+#   ./spark-submit.sh docs [mkdocs build options]                    the documentation site into site/ (mkdocs.yml)
 #   ./spark-submit.sh --help                                         this help and the forwarder's options
 # spark-submit's own options go to spark-submit; any other argument (before or after them) and
 # everything after JOB.py go to the job, which checks its options itself; spark-submit's own help is
@@ -81,6 +82,9 @@ case "${1:-}" in
     exec "$VENV/bin/python" -m synclib "$@" ;;
   lint)
     "$VENV/bin/ruff" check . || exit 1; exec "$VENV/bin/mypy" ;;
+  docs)
+    # --strict: a broken link or anchor, or a page missing from the nav, fails the build.
+    shift; exec "$VENV/bin/mkdocs" build --strict "$@" ;;
 esac
 
 # Split: spark-submit's own options (as `spark-submit --help` lists them) go to spark-submit;
@@ -137,7 +141,7 @@ fi
 case "$master" in
   ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
   # A cluster: executors need a Python with the dependencies, e.g. --archives env.tar.gz#env
-  # --conf spark.pyspark.python=./env/bin/python (see README, "Running against a real cluster").
+  # --conf spark.pyspark.python=./env/bin/python (see docs/operations/cluster.md).
 esac
 # Ship synclib to executors (a no-op in local mode, needed on a cluster).
 zip_path="$VENV/synclib.zip"

@@ -31,7 +31,7 @@ class MaintenanceConfig(Section):
 
     enabled: Boolean = True
     """Run table maintenance on a background thread of the job (see [Table
-    maintenance](#table-maintenance)); the `maintain` command ignores it."""
+    maintenance](operations/maintenance.md)); the `maintain` command ignores it."""
     interval: PositiveDuration = 300.0
     """Between the end of one maintenance pass and the start of the next."""
     time_budget: PositiveDuration = 60.0
@@ -85,7 +85,7 @@ class DeadLettersConfig(Section):
 
     enabled: Boolean = False
     """Rows the transform rejects or raises on go to a dead-letter table instead of failing their
-    batch (see [Dead letters](#dead-letters))."""
+    batch (see [Dead letters](operations/dead-letters.md))."""
     path: FilePath | None = None
     """The dead-letter Delta table, beside the main table (never inside it); unset:
     `<sink.path>_dead_letters`."""
@@ -105,7 +105,8 @@ class SinkConfig(Section):
     path: FilePath
     """The Delta table (local path, `s3://`, `abfss://`, `/Volumes/...`)."""
     engine: EngineChoice = "auto"
-    """The writer (see [Choosing the writer](#choosing-the-writer))."""
+    """The writer (see [Choosing the
+    writer](operations/writer-and-trigger.md#choosing-the-writer))."""
     partition_by: Columns = ()
     """Partition columns."""
     partition_by_date: Boolean = False
@@ -133,7 +134,8 @@ class TriggerConfig(Section):
 
     processing_time: Duration = 0.25
     """The micro-batch interval; 250 ms keeps a leader's commit within about half a second of the table
-    (see "Choosing the trigger")."""
+    (see [Choosing the
+    trigger](operations/writer-and-trigger.md#choosing-the-trigger))."""
     available_now: Boolean = False
     """Read what is available in one Trigger.AvailableNow run, then stop (same as `--available-now`)."""
 
