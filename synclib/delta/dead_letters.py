@@ -55,7 +55,7 @@ from pyspark.sql.types import (
 )
 
 from synclib.delta import checkpoint
-from synclib.delta.isolation import Error, Failure, Key, OffsetRange, TooManyFailures, describe, isolate
+from synclib.delta.isolation import Error, Failure, Key, TooManyFailures, describe, isolate
 from synclib.delta.table import DATE_COLUMN, current_table
 from synclib.delta.writer import (
     DeltaSparkBatchWriter,
@@ -67,6 +67,7 @@ from synclib.delta.writer import (
     utc_date,
 )
 from synclib.locations import normalize_location
+from synclib.offsets import OffsetRange
 from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)

@@ -18,20 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from synclib.offsets import OffsetRange
+
 Key = tuple[str, int, int]  # (topic, partition, offset) of a row
-
-
-@dataclass(frozen=True, order=True)
-class OffsetRange:
-    """Offsets `[start, end)` of one partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}[{self.partition}] offsets [{self.start}, {self.end})"
 
 
 @dataclass(frozen=True)
