@@ -47,6 +47,7 @@ from synclib.delta.table import (
     META_OFFSETS,
     META_VERSION,
     current_table,
+    holds_batch,
     latest_metadata,
     open_table,
     parse_offsets,
@@ -126,8 +127,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         offsets = checkpoint.batch_offsets(self._checkpoint, batchId)
         table = current_table(self._path)
         if table is not None:
-            done = table.transaction_version(app_id)
-            if done is not None and done >= batchId:
+            if holds_batch(table, app_id, batchId):
                 logger.info("batch %d of %s is already in %s: skipped", batchId, app_id, self._path)
                 parquet.delete_files(self._path, files)
                 return
