@@ -50,7 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
 from synclib.delta.batch_writes import DeltaBatchSink, DeltaTarget
 from synclib.delta.isolation import (
     MESSAGE_CHARS,
@@ -153,7 +153,7 @@ class DeadLetterBatches:
         return self.kept(self.streamed(raw))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        app_id = checkpoint.app_id(self.main.checkpoint)
+        app_id = spark_checkpoint.app_id(self.main.checkpoint)
         if self.main.done(app_id, batch_id):
             if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
                 self._dead_letters_again(batch.sparkSession, app_id, batch_id)
