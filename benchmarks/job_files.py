@@ -14,7 +14,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
 from synclib.delta.maintenance import COMPACTED_FILE, MAINTENANCE_APP_ID
 from synclib.delta.table import read_arrow, read_table_offsets
 
@@ -89,7 +89,7 @@ class JobFiles:
     def planned_ends(self, topic: str) -> dict[int, int]:
         """The end offsets of `topic` that Spark logged for the newest batch (`offsets/N`)."""
         batch = _last_batch(self.checkpoint / "offsets")
-        ends = None if batch is None else checkpoint.batch_offsets(str(self.checkpoint), batch)
+        ends = None if batch is None else spark_checkpoint.batch_offsets(str(self.checkpoint), batch)
         return {int(p): end for p, end in (json.loads(ends).get(topic, {}) if ends else {}).items()}
 
     def state(self) -> BatchState:

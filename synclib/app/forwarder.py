@@ -4,6 +4,7 @@ on a signal (or at the end of an embedded run), and sum it up or name the batch 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -23,12 +24,12 @@ from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.signals import StopRequest
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets, is_connect, jvm
-from synclib.delta import maintenance
+from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
 from synclib.delta.writer import resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
-from synclib.offsets import parse_offsets_json
+from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.settings.values import DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
@@ -136,7 +137,7 @@ class Forwarder:
         on_pass = [lambda report: self.monitoring.maintenance_run()]
         spark_pass = None
         if resolve_engine(spark, self.config.sink.engine) == DELTA_SPARK:
-            spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
+            spark_pass = functools.partial(spark_maintenance.run_pass, spark, path, options)
         return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
 
     def _watch(self, spark: SparkSession, query: StreamingQuery, stop: StopRequest, run_for: float | None,
@@ -253,5 +254,5 @@ def failed_batch(exc: BaseException) -> str | None:
         if begin is None:
             ranges.append(f"{topic}[{partition}] offsets below {stop}")
         elif begin != stop:
-            ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
+            ranges.append(str(OffsetRange(topic, partition, begin, stop)))
     return ", ".join(ranges) or None

@@ -30,6 +30,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from synclib import spark_checkpoint
 from synclib.app.command_line import config_parser, exit_on_config_error
 from synclib.app.preflight import KafkaUnavailable, check_job_kafka
 from synclib.app.progress import table
@@ -51,7 +52,6 @@ from synclib.source.status import (
 )
 
 EXIT_OK, EXIT_UNAVAILABLE = 0, 1  # and command_line.EXIT_CONFIG, 2
-EMBEDDED_BROKER_FILE = os.path.join("synclib", "embedded-broker.json")
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -62,7 +62,7 @@ class StatusError(RuntimeError):
 # --- the embedded broker's address ---------------------------------------------------------
 
 def embedded_broker_file(checkpoint_location: str) -> str:
-    return os.path.join(os.path.abspath(checkpoint_location), EMBEDDED_BROKER_FILE)
+    return spark_checkpoint.synclib_file(checkpoint_location, spark_checkpoint.EMBEDDED_BROKER)
 
 
 @contextlib.contextmanager

@@ -403,11 +403,3 @@ class MaintenanceThread(BackgroundThread):
                 continue
             for callback in self._on_pass:
                 callback(report)
-
-
-def spark_pass(spark: Any, path: str, options: MaintenanceConfig) -> PassReport:
-    """One pass with Delta's own commands (sink.engine delta-spark); see
-    `synclib.delta.spark_maintenance`."""
-    from synclib.delta import spark_maintenance
-
-    return spark_maintenance.run_pass(spark, path, options)

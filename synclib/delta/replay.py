@@ -22,7 +22,8 @@ from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from synclib.delta.dead_letters import DeadLetterBatches, DeltaTarget, Limits, Transform
+from synclib.delta.batch_writes import DeltaTarget
+from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform
 from synclib.delta.isolation import describe
 from synclib.delta.table import DATE_COLUMN, open_table, read_arrow
 from synclib.delta.writer import arrow_schema

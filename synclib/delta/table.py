@@ -85,6 +85,13 @@ def current_table(path: str) -> DeltaTable | None:
     return table
 
 
+def holds_batch(table: DeltaTable, app_id: str, batch_id: int) -> bool:
+    """Whether the table holds micro-batch `batch_id` of `app_id`: its application transaction's
+    version is at or above it (batches commit in order, so every earlier one is there too)."""
+    version = table.transaction_version(app_id)
+    return version is not None and version >= batch_id
+
+
 def synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `synclib.*` metadata of a history entry: top-level (delta-rs) or in userMetadata."""
     if META_OFFSETS in commit:

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from synclib.settings.kafka import BOOTSTRAP_OPTION, KafkaConfig
-from synclib.settings.model import KEEP_NULL, Invalid, Section, SettingError
+from synclib.settings.model import KEEP_NULL, Section, SettingError
 from synclib.settings.source import SourceConfig
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
+    ColumnName,
     Columns,
     Duration,
     EngineChoice,
     FilePath,
-    Kind,
+    Fraction,
     LogLevelChoice,
     Port,
     PositiveDuration,
@@ -56,27 +56,6 @@ class MaintenanceConfig(Section):
     def target_file_size(self) -> int:
         """`target_file_size_mb` in bytes."""
         return self.target_file_size_mb << 20
-
-
-def _fraction(raw: Any) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise Invalid("a fraction between 0 and 1") from None
-    if not 0.0 <= value <= 1.0:
-        raise Invalid("a fraction between 0 and 1")
-    return value
-
-
-def _column(raw: Any) -> str:
-    if not isinstance(raw, str) or not _COLUMN.fullmatch(raw):
-        raise Invalid("a column name (letters, digits, _)")
-    return raw
-
-
-Fraction = Annotated[float, BeforeValidator(_fraction), Kind("fraction")]
-ColumnName = Annotated[str, BeforeValidator(_column), Kind("column name")]
-_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class DeadLettersConfig(Section):

@@ -23,7 +23,7 @@ from chispa import assert_df_equality
 from benchmarks.job_files import delta_batches
 from benchmarks.job_world import JobRun, job_config, wait_for, write_config
 from benchmarks.poison import ERROR_COLUMN
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
 from synclib.delta.table import read_arrow
 from tests.forwarder_runs import ROOT, run_status
 from tests.poison import EVENTS_PER_PARTITION, POISON, good_rows, poison_rows, produce_poisoned
@@ -58,7 +58,7 @@ class Files:
     def _ends(self, batch: int) -> dict[int, int]:
         if batch < 0:
             return {}
-        ends = checkpoint.batch_offsets(str(self.checkpoint), batch)
+        ends = spark_checkpoint.batch_offsets(str(self.checkpoint), batch)
         return {int(p): e for p, e in (json.loads(ends).get(self.topic, {}) if ends else {}).items()}
 
     def poisoned(self, batch: int) -> bool:

@@ -145,7 +145,7 @@ HEARTBEAT_S = 5
 DEADLINE_MESSAGE = re.compile(
     rf"no answer from the brokers for {DEADLINE_S}s"  # planning
     rf"|no progress for \d+s \(limit {DEADLINE_S}s\)"  # the commit-log follower
-    rf"|no progress reading offsets .* for {DEADLINE_S}s")  # executors
+    rf"|no progress reading \S+ offsets .* for {DEADLINE_S}s")  # executors
 
 
 def restart_completes(spark: Any, world: KafkaWorld, tmp_path: Path, options: dict[str, str]) -> None:

@@ -22,7 +22,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from synclib.delta import checkpoint, spark_maintenance
+from synclib import spark_checkpoint
+from synclib.delta import spark_maintenance
 from synclib.delta.maintenance import run_pass
 from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
@@ -144,7 +145,7 @@ def test_the_forwarder_switches_engines_on_an_existing_table_exactly_once(
     stream.offer({0: 5, 1: 2})
     stream.run(engine=first)
 
-    app_id = checkpoint.APP_ID_PREFIX + str(checkpoint.query_id(stream.checkpoint))
+    app_id = spark_checkpoint.APP_ID_PREFIX + str(spark_checkpoint.query_id(stream.checkpoint))
     table = DeltaTable(stream.table)
     assert table.version() == 2 and table.transaction_version(app_id) == 2
     assert [json.loads(h.get("userMetadata", "{}")).get("synclib.batchId", h.get("synclib.batchId"))
