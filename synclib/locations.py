@@ -1,5 +1,6 @@
 """Files at a location Spark and pyarrow both understand: local paths, `file:` URIs and the object
-stores pyarrow supports (credentials from the environment). On Databricks, `dbfs:/x` is read
+stores pyarrow supports (credentials from the environment: for `s3://` and `s3a://`, the `AWS_*`
+variables the job sets from `storage.s3`, as delta-rs reads them). On Databricks, `dbfs:/x` is read
 through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths."""
 
 from __future__ import annotations
@@ -25,11 +26,21 @@ def normalize_location(location: str) -> str:
     return location
 
 
+def filesystem(location: str) -> tuple[fs.FileSystem, str]:
+    """pyarrow's filesystem for `location` and the path in it: for `s3://` and `s3a://` the S3
+    filesystem of the process's `AWS_*` variables (`s3_filesystem`), else pyarrow's own choice."""
+    uri = normalize_location(location)
+    if uri.startswith("s3://"):
+        return s3_filesystem(os.environ), uri[len("s3://"):].rstrip("/")
+    files, path = fs.FileSystem.from_uri(uri)
+    return files, str(path)
+
+
 def read_text(location: str) -> str | None:
     """The UTF-8 text of the file at `location`, None when there is none."""
-    filesystem, path = fs.FileSystem.from_uri(normalize_location(location))
+    files, path = filesystem(location)
     try:
-        with filesystem.open_input_stream(path) as stream:
+        with files.open_input_stream(path) as stream:
             return bytes(stream.read()).decode("utf-8")
     except FileNotFoundError:
         return None
@@ -39,17 +50,17 @@ def write_text(location: str, text: str) -> None:
     """Write `text` to the file at `location` whole: a temporary file of its own beside it, then
     moved over it (a reader sees the old file or the new one, never half of one, where a move is
     a rename)."""
-    filesystem, path = fs.FileSystem.from_uri(normalize_location(location))
+    files, path = filesystem(location)
     directory, name = path.rsplit("/", 1)
-    filesystem.create_dir(directory, recursive=True)
+    files.create_dir(directory, recursive=True)
     temporary = f"{directory}/.{name}-{uuid.uuid4().hex}.tmp"
     try:
-        with filesystem.open_output_stream(temporary) as stream:
+        with files.open_output_stream(temporary) as stream:
             stream.write(text.encode("utf-8"))
-        filesystem.move(temporary, path)
+        files.move(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            filesystem.delete_file(temporary)
+            files.delete_file(temporary)
         raise
 
 

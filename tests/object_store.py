@@ -17,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import BinaryIO
 
+from benchmarks.jvm import jars
 from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process, wait_for_port
-from synclib.embedded.jvm import jars
 
 S3PROXY = "s3proxy"
 ACCESS_KEY_ID, SECRET_ACCESS_KEY, REGION = "synclib-test", "synclib-test-secret", "us-east-1"

@@ -141,6 +141,6 @@ class S3Config(Section):
 
 
 class StorageConfig(Section):
-    """`storage`: how object-store locations are reached (see [Object storage](#object-storage))."""
+    """`storage`: how object-store locations are reached (see [Object storage](operations/object-storage.md))."""
 
     s3: S3Config = Field(default_factory=S3Config)

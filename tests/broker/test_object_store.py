@@ -49,7 +49,8 @@ def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> No
     for rows in ([1, 2], [3], [4]):
         write_deltalake(table, pa.table({"a": rows}), mode="append", storage_options=storage)
     # delta-rs finds the newest version by listing the log from an offset (start-after)
-    assert DeltaTable(table, storage_options=storage, version=1).to_pyarrow_table().num_rows == 3
+    files = pa.table(DeltaTable(table, storage_options=storage, version=1).get_add_actions(flatten=True))
+    assert sum(files["num_records"].to_pylist()) == 3
     assert DeltaTable(table, storage_options=storage).version() == 2
 
 
