@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from benchmarks.jvm import jars
-from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process, wait_for_port
+from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this_process, wait_for_port
 
 S3PROXY = "s3proxy"
 ACCESS_KEY_ID, SECRET_ACCESS_KEY, REGION = "synclib-test", "synclib-test-secret", "us-east-1"
@@ -120,12 +120,7 @@ class S3Server:
     def stop(self, timeout_s: float = 10.0) -> None:
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        terminate(self._process, timeout_s)
         self._process = None
         if self._output is not None:
             self._output.close()
