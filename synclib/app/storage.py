@@ -48,10 +48,14 @@ def check_storage(config: ForwarderConfig, timeout_s: float = DEFAULT_TIMEOUT_S)
         parts = urlsplit(location)
         try:
             filesystem.get_file_info(fs.FileSelector(f"{parts.netloc}{parts.path}".rstrip("/"), allow_not_found=True))
+            bucket = filesystem.get_file_info(parts.netloc).type
         except OSError as exc:
             raise StorageUnavailable(
                 f"cannot list {location} ({setting}) at {endpoint}: {_cause(exc)}; check "
                 f"{_setting_to_check(str(exc))}") from None
+        if bucket == fs.FileType.NotFound:
+            raise StorageUnavailable(f"cannot use {location} ({setting}): bucket {parts.netloc!r} does not exist "
+                                     f"at {endpoint}; check {setting}")
 
 
 def _cause(exc: OSError) -> str:

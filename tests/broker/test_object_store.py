@@ -83,3 +83,6 @@ def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -
 
     with pytest.raises(StorageUnavailable, match=r"storage\.s3\.allow_http"):
         check_storage(job_config({**settings, "allow_http": False}, bucket))
+
+    with pytest.raises(StorageUnavailable, match=r"bucket 'no-such-bucket' does not exist .*; check sink\.path$"):
+        check_storage(job_config(settings, "no-such-bucket"))
