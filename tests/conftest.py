@@ -160,3 +160,13 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """S3Proxy on a free loopback port for the whole session (tests/object_store.py)."""
     with S3Server(tmp_path_factory.mktemp("s3")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def s3(s3_server: S3Server, spark):  # type: ignore[no-untyped-def]
+    """The session's S3 server, configured for the Spark session as the job configures `storage.s3`."""
+    from synclib.app.forwarder import use_storage
+    from synclib.settings.storage import S3Config
+
+    use_storage(spark, S3Config(**s3_server.storage_settings()))
+    return s3_server

@@ -28,6 +28,7 @@ from synclib.delta.maintenance import run_pass
 from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from tests.object_store import S3Server
 from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
 
 COMPACT_NOW = MaintenanceConfig(min_age="0s", vacuum_retention="0s")
@@ -84,10 +85,11 @@ class Downstream:
 
 @pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK])
 def test_a_table_is_read_by_spark_streaming_downstream_with_compactions_between(
-        engine: str, spark: SparkSession, tmp_path: Path) -> None:
+        engine: str, spark: SparkSession, s3: S3Server, tmp_path: Path) -> None:
     """Every row reaches a downstream Delta stream once: the OPTIMIZE commits (dataChange=false)
-    between its runs are not new data, on either engine."""
-    stream = Stream(spark, tmp_path, engine)
+    between its runs are not new data, on either engine. The forwarder's table and checkpoint
+    are on S3 (`s3://`, `s3a://`), and so is the maintenance that compacts it."""
+    stream = Stream(spark, tmp_path, engine, s3)
     downstream = Downstream(spark, stream.table, tmp_path)
     stream.offer({0: 2, 1: 2})
     stream.run()
@@ -104,7 +106,7 @@ def test_a_table_is_read_by_spark_streaming_downstream_with_compactions_between(
     assert_rows(stream, {0: range(6), 1: range(3)})
     want = expected(spark, {0: range(6), 1: range(3)}).select("partition", "offset")
     assert_df_equality(downstream.rows(), want, ignore_row_order=True, ignore_nullable=True)
-    assert duckdb_rows(stream.table) == pairs({0: range(6), 1: range(3)})
+    assert duckdb_rows(stream.table_dir) == pairs({0: range(6), 1: range(3)})  # the server's files
 
 
 @pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK])

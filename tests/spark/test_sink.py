@@ -34,7 +34,6 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
-from synclib.app.forwarder import use_storage
 from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
@@ -47,7 +46,6 @@ from synclib.delta.writer import (
 )
 from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
-from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.object_store import S3Server
 
@@ -184,13 +182,6 @@ class Stream:
 
 ENGINES = (DELTA_RS, DELTA_SPARK)
 LOCAL, S3 = "local", "s3"
-
-
-@pytest.fixture(scope="session")
-def s3(s3_server: S3Server, spark: SparkSession) -> S3Server:
-    """The session's S3 server, configured for the session as the job configures `storage.s3`."""
-    use_storage(spark, S3Config(**s3_server.storage_settings()))
-    return s3_server
 
 
 @pytest.fixture
