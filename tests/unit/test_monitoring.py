@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def progress(batch: int, timestamp: str = "2027-01-15T08:00:00.000Z", trigger_ms
 
 
 def status(updated_at: float = NOW - 1) -> PlannerStatus:
-    return PlannerStatus.from_json({
+    return PlannerStatus.parse(json.dumps({
         "updated_at": updated_at,
         "partitions": [
             {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 5, "leader_offset": 8,
@@ -34,7 +35,7 @@ def status(updated_at: float = NOW - 1) -> PlannerStatus:
              "high_watermark": None, "stale": True},
         ],
         "commit_log": {"applied": 4, "skipped_malformed": 2, "last_commit_time": {"snuba": NOW - 7.5}},
-    })
+    }))
 
 
 def samples(metrics: ForwarderMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

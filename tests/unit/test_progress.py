@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from synclib.app.progress import ProgressReporter, format_summary
@@ -45,8 +46,8 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
     reporter = ProgressReporter()
 
     early = reporter.update([progress(0, 1, 0, ran=False)], None)
-    skipped = PlannerStatus.from_json({**status("SYNCHRONIZED", 8, 8, 8).to_json(),
-                                       "commit_log": {"applied": 2, "skipped_malformed": 3}})
+    skipped = PlannerStatus.parse(json.dumps({**status("SYNCHRONIZED", 8, 8, 8).to_json(),
+                                       "commit_log": {"applied": 2, "skipped_malformed": 3}}))
     later = reporter.update([progress(1, 2, 0, ran=False)], skipped)
 
     assert early == ["10:00:01 idle: nothing newly committed; no partitions yet"]
@@ -56,11 +57,11 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
 def test_the_summary_compares_what_was_written_with_what_the_leader_committed() -> None:
     summary = TableSummary(version=3, rows=30, app_id="synclib-q", batch_id=3,
                            offsets={("events", 0): 20, ("events", 1): 10})
-    state = PlannerStatus.from_json({"partitions": [
+    state = PlannerStatus.parse(json.dumps({"partitions": [
         {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 18,
          "leader_offset": 20, "high_watermark": 25, "stale": False},
         {"topic": "events", "partition": 1, "state": "LOCAL_BEHIND", "follower_offset": 8,
-         "leader_offset": 12, "high_watermark": 12, "stale": False}]})
+         "leader_offset": 12, "high_watermark": 12, "stale": False}]}))
 
     text = format_summary("/data/events", summary, state, "forwarder stopped (done)")
 
