@@ -85,14 +85,16 @@ def plan_tasks(ranges: Sequence[OffsetRange], min_rows: int = TASK_MIN_ROWS,
             pieces.append(OffsetRange(offsets.topic, offsets.partition, start, end))
     tasks: list[list[OffsetRange]] = []
     bundle: list[OffsetRange] = []
+    bundled = 0  # rows in `bundle` (summing it again for every piece is quadratic in partitions)
     for piece in sorted(pieces, key=lambda piece: -piece.size):
         if piece.size >= min_rows:
             tasks.append([piece])
             continue
         bundle.append(piece)
-        if sum(p.size for p in bundle) >= min_rows:
+        bundled += piece.size
+        if bundled >= min_rows:
             tasks.append(bundle)
-            bundle = []
+            bundle, bundled = [], 0
     if bundle and tasks:
         min(tasks, key=lambda task: sum(p.size for p in task)).extend(bundle)
     elif bundle:
