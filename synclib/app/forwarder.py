@@ -142,7 +142,7 @@ class Forwarder:
         return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
 
     def _watch(self, query: StreamingQuery, stop: StopRequest, run_for: float | None, status_path: str) -> int:
-        reporter = ProgressReporter()
+        reporter = ProgressReporter(table_rows=self.config.logging.partition_table_rows)
         started = time.monotonic()
         reason = "Trigger.AvailableNow: everything releasable at the start was forwarded"
         try:
@@ -205,7 +205,8 @@ class Forwarder:
 
     def _finish(self, status_path: str, headline: str) -> int:
         path = self.config.sink.path
-        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline), flush=True)
+        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
+                             self.config.logging.partition_table_rows), flush=True)
         return EXIT_OK
 
 
