@@ -6,8 +6,11 @@
 #   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
 #   ./spark-submit.sh test [pytest options]                          the test suite
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
+#   ./spark-submit.sh docs [mkdocs build options]                    the documentation site into site/ (mkdocs.yml)
+#   ./spark-submit.sh --help                                         this help and the forwarder's options
 # spark-submit's own options go to spark-submit; any other argument (before or after them) and
-# everything after JOB.py go to the job, which checks its options itself (`jobs/forwarder.py --help`).
+# everything after JOB.py go to the job, which checks its options itself; spark-submit's own help is
+# `.venv/bin/spark-submit --help`.
 # On first use it creates .venv (or $SYNCLIB_VENV) with synclib and its dependencies;
 # later runs reuse it and reinstall only when pyproject.toml changes.
 # Ctrl-C or SIGTERM: the forwarder stops after the batch in flight, prints its summary and
@@ -79,11 +82,14 @@ case "${1:-}" in
     exec "$VENV/bin/python" -m synclib "$@" ;;
   lint)
     "$VENV/bin/ruff" check . || exit 1; exec "$VENV/bin/mypy" ;;
+  docs)
+    # --strict: a broken link or anchor, or a page missing from the nav, fails the build.
+    shift; exec "$VENV/bin/mkdocs" build --strict "$@" ;;
 esac
 
 # Split: spark-submit's own options (as `spark-submit --help` lists them) go to spark-submit;
 # the job file (the first *.py) and every other argument go to the job, whose argparse owns them.
-spark_switches=" --help -h --verbose -v --version --supervise --load-spark-defaults "
+spark_switches=" --verbose -v --version --supervise --load-spark-defaults "
 spark_valued=" --master --deploy-mode --class --name --jars --packages --exclude-packages --repositories "
 spark_valued+="--py-files --files --archives --conf -c --properties-file --driver-memory --driver-java-options "
 spark_valued+="--driver-library-path --driver-class-path --executor-memory --proxy-user --remote --driver-cores "
@@ -113,6 +119,12 @@ while [ $# -gt 0 ]; do
   fi
 done
 job_args+=("$@")
+if [ -z "$job" ] && [[ " ${job_args[*]-} " == *" --help "* || " ${job_args[*]-} " == *" -h "* ]]; then
+  # The forwarder's own help, without starting Spark; spark-submit's is `.venv/bin/spark-submit --help`.
+  sed -n '2,/^set -euo/p' "$ROOT/spark-submit.sh" | sed '$d; s/^# \{0,1\}//'
+  echo
+  exec "$VENV/bin/python" "$ROOT/jobs/forwarder.py" --help
+fi
 job="${job:-$ROOT/jobs/forwarder.py}"  # its --config defaults to conf/local.yaml
 
 # Defaults first: spark-submit options given by the user come later and win.
@@ -129,7 +141,7 @@ fi
 case "$master" in
   ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
   # A cluster: executors need a Python with the dependencies, e.g. --archives env.tar.gz#env
-  # --conf spark.pyspark.python=./env/bin/python (see README, "Running against a real cluster").
+  # --conf spark.pyspark.python=./env/bin/python (see docs/operations/cluster.md).
 esac
 # Ship synclib to executors (a no-op in local mode, needed on a cluster).
 zip_path="$VENV/synclib.zip"

@@ -159,7 +159,7 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
 
         broker = stack.enter_context(EmbeddedBroker())
         return broker.bootstrap_servers, broker.pid
-    from synclib.embedded.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
+    from benchmarks.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
 
     kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4))
     process = getattr(kafka.nodes[0], "_process", None)

@@ -23,7 +23,7 @@ log's length is per-batch cost) and `reopen` (like `off`, but the table is reope
 commit, the commit path before incremental updates).
 
 `spark-on` and `spark-off` do the same with `sink.engine: delta-spark`: the forwarder's
-`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`synclib.embedded.jvm`), each
+`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`benchmarks.jvm`), each
 micro-batch timed around the whole Delta write (Spark writes the file and commits; there is no
 separate commit to time), `spark-on` with `spark_maintenance.run_pass` (Delta's OPTIMIZE,
 VACUUM, checkpoints every `checkpoint_interval`, synclib's log cleanup) before each
@@ -51,11 +51,12 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from benchmarks import jvm
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
+from synclib.delta.table import read_arrow
 from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
-from synclib.embedded import jvm
 from synclib.settings.job import MaintenanceConfig, TriggerConfig
 
 SCHEMA = StructType([
@@ -194,7 +195,7 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
     table.micro_batch(reopen=False)  # the first commit of a run opens the table
     commits = sorted(table.micro_batch(reopen=mode == "reopen") * 1000 for _ in range(batches))
     started = time.perf_counter()
-    DeltaTable(table.path).to_pyarrow_table()
+    read_arrow(table.path)
     read_ms = (time.perf_counter() - started) * 1000
     current = DeltaTable(table.path)
     return Measurement(mode=mode, versions=age,

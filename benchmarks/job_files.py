@@ -14,9 +14,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
 from synclib.delta.maintenance import COMPACTED_FILE, MAINTENANCE_APP_ID
-from synclib.delta.table import read_table_offsets
+from synclib.delta.table import read_arrow, read_table_offsets
 
 PLANNING, READING, DELTA_COMMITTED, MAINTENANCE = "planning", "reading", "delta-committed", "maintenance"
 WINDOWS = (PLANNING, READING, DELTA_COMMITTED, MAINTENANCE)
@@ -89,7 +89,7 @@ class JobFiles:
     def planned_ends(self, topic: str) -> dict[int, int]:
         """The end offsets of `topic` that Spark logged for the newest batch (`offsets/N`)."""
         batch = _last_batch(self.checkpoint / "offsets")
-        ends = None if batch is None else checkpoint.batch_offsets(str(self.checkpoint), batch)
+        ends = None if batch is None else spark_checkpoint.batch_offsets(str(self.checkpoint), batch)
         return {int(p): end for p, end in (json.loads(ends).get(topic, {}) if ends else {}).items()}
 
     def state(self) -> BatchState:
@@ -144,7 +144,7 @@ def table_rows(table: Path) -> Counter[Row]:
     """How many times each (partition, offset) is in the Delta table."""
     if not DeltaTable.is_deltatable(str(table)):
         return Counter()
-    rows = DeltaTable(str(table)).to_pyarrow_table(columns=["partition", "offset"]).to_pydict()
+    rows = read_arrow(str(table), columns=["partition", "offset"]).to_pydict()
     return Counter(zip(rows["partition"], rows["offset"], strict=True))
 
 

@@ -9,60 +9,9 @@
 2 invalid configuration. See synclib.delta.replay.
 """
 
-import argparse
 import sys
 
-from synclib.app.transform import load_transform
-from synclib.settings import ConfigError, load_config
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dead_letters.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the forwarder's YAML config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("command", choices=("list", "replay"))
-    parser.add_argument("--where", help="Spark SQL condition selecting dead letters")
-    parser.add_argument("--dry-run", action="store_true", help="replay: say what would be written, write nothing")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config, args.overrides)
-        transform = load_transform(config.transform, args.config) if config.transform else None
-    except ConfigError as exc:
-        print(f"dead_letters: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-
-    from pyspark.sql import SparkSession
-
-    from synclib.delta.replay import dead_letters, replay
-    from synclib.delta.writer import resolve_engine
-
-    spark = SparkSession.builder.appName("synclib-dead-letters").getOrCreate()
-    sink = config.sink
-    if args.command == "list":
-        letters = dead_letters(spark, sink.dead_letters_path, sink.path, args.where)
-        if letters is None:
-            print(f"no dead-letter table at {sink.dead_letters_path}")
-            return 0
-        shown = letters.select("topic", "partition", "offset", "batch_id", "error_class",
-                               "error_message", "in_main_table").orderBy("topic", "partition", "offset")
-        for row in shown.collect():
-            message = (row.error_message or "").strip().splitlines()
-            print(f"{row.topic}[{row.partition}] offset {row.offset} (batch {row.batch_id}): {row.error_class}: "
-                  f"{message[0] if message else ''}{' [in the main table]' if row.in_main_table else ''}")
-        return 0
-    result = replay(spark, main_path=sink.path, dead_path=sink.dead_letters_path,
-                    engine=resolve_engine(spark, sink.engine), transform=transform,
-                    error_column=sink.dead_letters.error_column, partition_by=tuple(sink.partition_by),
-                    partition_by_date=sink.partition_by_date, include_headers=config.source.include_headers,
-                    where=args.where, dry_run=args.dry_run)
-    verb = "would replay" if args.dry_run else "replayed"
-    print(f"dead letters selected: {result.selected}; already in the main table: {result.already}; "
-          f"{verb}: {result.selected - result.already - len(result.still_failing)}; "
-          f"still failing the transform: {len(result.still_failing)}")
-    for line in result.still_failing:
-        print(f"  {line}")
-    return 1 if result.still_failing else 0
-
+from synclib.app.dead_letter_commands import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

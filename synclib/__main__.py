@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
 
 from synclib.app import status
+from synclib.app.command_line import EXIT_CONFIG, config_parser, exit_on_config_error
+from synclib.settings import load_config
 
 USAGE = ("usage: python -m synclib status --config FILE [--set KEY=VALUE ...] [--bootstrap HOST:PORT] [--json]\n"
          "       python -m synclib maintain --config FILE [--set KEY=VALUE ...]")
@@ -22,17 +23,9 @@ def maintain(argv: Sequence[str]) -> int:
     """One maintenance pass (compaction, vacuum, checkpoint, log cleanup) over `sink.path` with the
     `sink.maintenance` settings (with delta-rs, whatever `sink.engine` says; `enabled` is ignored),
     for cron-style use next to a forwarder whose own maintenance is off."""
-    parser = argparse.ArgumentParser(prog="python -m synclib maintain", description=maintain.__doc__)
-    parser.add_argument("--config", required=True, help="the forwarder's YAML config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    from synclib.settings import ConfigError, load_config
-
-    try:
+    args = config_parser("python -m synclib maintain", maintain.__doc__ or "").parse_args(argv)
+    with exit_on_config_error("maintain"):
         config = load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"maintain: invalid configuration: {exc}", file=sys.stderr)
-        return status.EXIT_USAGE
     logging.basicConfig(level=config.logging.level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from synclib.delta.maintenance import run_pass
@@ -53,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:
         print(USAGE, file=sys.stderr)
-        return status.EXIT_USAGE
+        return EXIT_CONFIG
     return COMMANDS[args[0]](args[1:])
 
 

@@ -1,7 +1,7 @@
 """Session fixtures: one local-mode SparkSession, one Kafka-protocol broker, unique topics.
 
 SYNCLIB_TEST_BROKER picks the broker: `apache-kafka` (the default and the reference: a
-single-node KRaft Apache Kafka 4.x from jvm/ivy.xml, `synclib.embedded.apache_kafka`),
+single-node KRaft Apache Kafka 4.x from jvm/ivy.xml, `benchmarks.apache_kafka`),
 `apache-kafka-3.9`, `tansu` (the embedded default's broker) or `librdkafka-mock`
 (librdkafka's mock cluster, tests/mock_cluster.py); KAFKA_BOOTSTRAP_SERVERS names a running
 Kafka instead. A test that a broker cannot support is marked
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from synclib.embedded import apache_kafka, jvm
+from benchmarks import apache_kafka, jvm
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
 from tests import librdkafka, mock_cluster

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from synclib.embedded.apache_kafka import (
+from benchmarks.apache_kafka import (
     CLIENT,
     KafkaCluster,
     ScramUser,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
 from synclib.locations import normalize_location, read_text
 from synclib.settings.source import SourceOptions
 from synclib.source.datasource import FORMAT_NAME
@@ -26,10 +26,10 @@ class MicroBatchSourceRows:
         self.initial_offsets_file = SourceOptions.from_spark(options).initial_offsets_file
 
     def __call__(self, spark: SparkSession, batch_id: int) -> DataFrame:
-        end = checkpoint.batch_offsets(self.location, batch_id)
-        start = checkpoint.batch_offsets(self.location, batch_id - 1) if batch_id > 0 else self._initial()
+        end = spark_checkpoint.batch_offsets(self.location, batch_id)
+        start = spark_checkpoint.batch_offsets(self.location, batch_id - 1) if batch_id > 0 else self._initial()
         if start is None or end is None:
-            raise checkpoint.CheckpointError(
+            raise spark_checkpoint.CheckpointError(
                 f"batch {batch_id} in {self.location!r}: Spark's offset log has no offsets of the source")
         return (spark.read.format(FORMAT_NAME).options(**self.options)
                 .option("startingOffsets", start).option("endingOffsets", end).load())
@@ -37,7 +37,7 @@ class MicroBatchSourceRows:
     def _initial(self) -> str:
         text = read_text(self.initial_offsets_file) if self.initial_offsets_file else None
         if text is None:
-            raise checkpoint.CheckpointError(
+            raise spark_checkpoint.CheckpointError(
                 "batch 0's start offsets are unknown: the stream's source needs the option initialOffsetsFile "
                 f"(now {self.initial_offsets_file or 'unset'}), where it keeps them")
         return text.strip()

@@ -4,6 +4,7 @@ on a signal (or at the end of an embedded run), and sum it up or name the batch 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -22,13 +23,13 @@ from synclib.app.progress import ProgressReporter, dead_letters_note, format_sum
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.signals import StopRequest
 from synclib.app.status import advertise_embedded_broker
-from synclib.compat.pyspark import failed_batch_offsets, is_connect
-from synclib.delta import maintenance
+from synclib.compat.pyspark import failed_batch_offsets, is_connect, jvm
+from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
 from synclib.delta.writer import resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
-from synclib.offsets import parse_offsets_json
+from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.settings.values import DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
@@ -74,7 +75,7 @@ class Forwarder:
                 return self._finish(status_path, f"{stop.reason} before the query started")
             query = self.start(spark, bootstrap, status_path)
             resources.enter_context(self._maintenance(spark))
-            return self._watch(query, stop, run_for, status_path)
+            return self._watch(spark, query, stop, run_for, status_path)
 
     @staticmethod
     def _session() -> SparkSession:
@@ -128,20 +129,19 @@ class Forwarder:
         return {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"}
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
-        """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled),
-        each pass reported in the progress output and the log."""
+        """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each
+        pass counted in the metrics and reported once, by the maintenance module's log line."""
         options, path = self.config.sink.maintenance, self.config.sink.path
         if not options.enabled:
             return contextlib.nullcontext()
         on_pass = [lambda report: self.monitoring.maintenance_run()]
-        if self.config.logging.progress:
-            on_pass.append(lambda report: print(report.summary(), flush=True))
         spark_pass = None
         if resolve_engine(spark, self.config.sink.engine) == DELTA_SPARK:
-            spark_pass = lambda: maintenance.spark_pass(spark, path, options)  # noqa: E731
+            spark_pass = functools.partial(spark_maintenance.run_pass, spark, path, options)
         return maintenance.MaintenanceThread(path, options, on_pass=on_pass, pass_function=spark_pass)
 
-    def _watch(self, query: StreamingQuery, stop: StopRequest, run_for: float | None, status_path: str) -> int:
+    def _watch(self, spark: SparkSession, query: StreamingQuery, stop: StopRequest, run_for: float | None,
+               status_path: str) -> int:
         reporter = ProgressReporter(table_rows=self.config.logging.partition_table_rows)
         started = time.monotonic()
         reason = "Trigger.AvailableNow: everything releasable at the start was forwarded"
@@ -155,7 +155,7 @@ class Forwarder:
                     reason = f"embedded.run_for ({run_for:g}s) elapsed"
                 else:
                     continue
-                self._stop_gracefully(query)
+                self._stop_gracefully(spark, query)
                 break
             query.awaitTermination()
         except StreamingQueryException as exc:
@@ -186,7 +186,7 @@ class Forwarder:
             print(line, flush=True)
 
     @staticmethod
-    def _stop_gracefully(query: StreamingQuery) -> None:
+    def _stop_gracefully(spark: SparkSession, query: StreamingQuery) -> None:
         """Stop once the batch in flight has finished (or at once between triggers).
 
         A query falling behind its trigger starts the next batch right away; that one is then
@@ -201,6 +201,13 @@ class Forwarder:
         while (query.status["isTriggerActive"] and last() == in_flight
                and time.monotonic() < deadline):
             time.sleep(0.05)
+        # Stopping between batches cancels the query's job group with no job in it, which Spark's
+        # DAGScheduler reports as a warning ("Failed to cancel job group ... Cannot find active
+        # jobs for it") at every clean stop: only that logger, only now, says errors alone.
+        view = jvm(spark, "a clean stop without DAGScheduler's warning about an empty job group")
+        if view is not None:
+            log4j = view.org.apache.logging.log4j
+            log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
         query.stop()
 
     def _finish(self, status_path: str, headline: str) -> int:
@@ -248,5 +255,5 @@ def failed_batch(exc: BaseException) -> str | None:
         if begin is None:
             ranges.append(f"{topic}[{partition}] offsets below {stop}")
         elif begin != stop:
-            ranges.append(f"{topic}[{partition}] offsets [{begin}, {stop})")
+            ranges.append(str(OffsetRange(topic, partition, begin, stop)))
     return ", ".join(ranges) or None

@@ -13,30 +13,47 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from synclib.app.command_line import config_parser, exit_on_config_error
 from synclib.app.embedded_locations import start_embedded_afresh
 from synclib.app.preflight import EXIT_KAFKA, KafkaUnavailable, check_job_kafka
 from synclib.app.transform import load_transform
-from synclib.settings import ConfigError, load_config
+from synclib.settings import ForwarderConfig, load_config
 
 logger = logging.getLogger("synclib.forwarder")
 
-EXIT_CONFIG, EXIT_INTERRUPTED = 2, 130
+EXIT_INTERRUPTED = 130
 
 
 def parse_args(argv: Sequence[str], default_config: str | None = None) -> argparse.Namespace:
     """The job's arguments; `--config` is required unless the job file supplies a default."""
-    parser = argparse.ArgumentParser(prog="forwarder.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=default_config, required=default_config is None,
-                        help="YAML config" + (" (default: %(default)s)" if default_config else ""))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set source.max_offsets_per_trigger=1000")
+    parser = config_parser("forwarder.py", __doc__.splitlines()[0], default_config)
     parser.add_argument("--available-now", action="store_true",
                         help="forward what is releasable now, then stop (Trigger.AvailableNow)")
     parser.add_argument("--healthcheck-file", metavar="PATH",
                         help="touch PATH while the query is healthy (monitoring.healthcheck_file)")
     return parser.parse_args(argv)
+
+
+def config_sections(config: ForwarderConfig) -> Iterator[tuple[str, str]]:
+    """The effective configuration, a line per section: `dotted.key=value` for every setting
+    that is set (secrets masked, as `ForwarderConfig.redacted` gives them)."""
+    for section, values in config.redacted().items():
+        if isinstance(values, dict):
+            settings = [f"{key}={json.dumps(value)}" for key, value in _flatten(values) if value is not None]
+            yield section, " ".join(settings) or "(defaults)"
+        elif values is not None:
+            yield section, json.dumps(values)
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def configure_logging(level: str) -> None:
@@ -53,15 +70,14 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     overrides = list(args.overrides) + (["trigger.available_now=true"] if args.available_now else [])
     if args.healthcheck_file:
         overrides.append(f"monitoring.healthcheck_file={json.dumps(args.healthcheck_file)}")  # a YAML string
-    try:
+    with exit_on_config_error("forwarder"):
         config = load_config(args.config, overrides)
         transform = load_transform(config.transform, args.config) if config.transform else None
         replaced = start_embedded_afresh(config, args.config) if config.kafka.embedded else []
-    except ConfigError as exc:
-        print(f"forwarder: invalid configuration: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     configure_logging(config.logging.level)
-    logger.info("configuration %s: %s", args.config, json.dumps(config.redacted(), default=str))
+    logger.info("configuration read from %s", args.config)
+    for section, settings in config_sections(config):
+        logger.info("configuration %s: %s", section, settings)
     if replaced:
         logger.info("embedded: a new world each run; removed the previous embedded run's %s", " and ".join(replaced))
     if not config.kafka.embedded:

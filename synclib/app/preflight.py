@@ -8,7 +8,7 @@ from synclib.settings.kafka import kafka_client_config
 
 __all__ = ["EXIT_KAFKA", "KafkaUnavailable", "check_job_kafka"]
 
-# The forwarder's exit code when Kafka cannot be reached or used (README, exit codes).
+# The forwarder's exit code when Kafka cannot be reached or used (docs/running.md, exit codes).
 EXIT_KAFKA = 3
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import logging
 
-from synclib.delta import checkpoint, table
-from synclib.locations import normalize_location
+from synclib import spark_checkpoint
+from synclib.delta import table
 from synclib.offsets import to_offsets_json
 from synclib.settings import ForwarderConfig
 
@@ -19,7 +19,7 @@ def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
     """The `startingOffsets` option (Spark's offsets JSON) the table's latest synclib commit
     gives a new checkpoint (`sink.resume_from_table`); None when the checkpoint, or
     `source.starting_offsets` for a new table, decides."""
-    if not config.sink.resume_from_table or checkpoint.query_id(config.checkpoint.location) is not None:
+    if not config.sink.resume_from_table or spark_checkpoint.query_id(config.checkpoint.location) is not None:
         return None
     recorded = table.read_table_offsets(config.sink.path)
     if not recorded:
@@ -31,4 +31,4 @@ def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
 
 def initial_offsets_file(checkpoint_location: str) -> str:
     """The source's `initialOffsetsFile`: inside the checkpoint, so a new checkpoint starts afresh."""
-    return f"{normalize_location(checkpoint_location).rstrip('/')}/synclib/initial-offsets.json"
+    return spark_checkpoint.synclib_file(checkpoint_location, spark_checkpoint.INITIAL_OFFSETS)

@@ -30,6 +30,8 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from synclib import spark_checkpoint
+from synclib.app.command_line import config_parser, exit_on_config_error
 from synclib.app.preflight import KafkaUnavailable, check_job_kafka
 from synclib.app.progress import table
 from synclib.delta.dead_letter_table import dead_letter_counts
@@ -40,7 +42,7 @@ from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
 from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
-from synclib.settings import ConfigError, ForwarderConfig, SourceOptions, load_config
+from synclib.settings import ForwarderConfig, SourceOptions, load_config
 from synclib.source.state import Offsets, get_state_from_offsets
 from synclib.source.status import (
     LeaderCommits,
@@ -49,8 +51,7 @@ from synclib.source.status import (
     leader_commit_age,
 )
 
-EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE = 0, 1, 2
-EMBEDDED_BROKER_FILE = os.path.join("synclib", "embedded-broker.json")
+EXIT_OK, EXIT_UNAVAILABLE = 0, 1  # and command_line.EXIT_CONFIG, 2
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -61,7 +62,7 @@ class StatusError(RuntimeError):
 # --- the embedded broker's address ---------------------------------------------------------
 
 def embedded_broker_file(checkpoint_location: str) -> str:
-    return os.path.join(os.path.abspath(checkpoint_location), EMBEDDED_BROKER_FILE)
+    return spark_checkpoint.synclib_file(checkpoint_location, spark_checkpoint.EMBEDDED_BROKER)
 
 
 @contextlib.contextmanager
@@ -223,11 +224,7 @@ def format_status(report: StatusReport) -> str:
 # --- command line ----------------------------------------------------------------------------
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m synclib status",
-                                     description="Per-partition status of a forwarder, without Spark.")
-    parser.add_argument("--config", required=True, help="the forwarder's YAML config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="the same overrides the forwarder runs with")
+    parser = config_parser("python -m synclib status", "Per-partition status of a forwarder, without Spark.")
     parser.add_argument("--bootstrap", metavar="HOST:PORT",
                         help="Kafka address (default: the config's; the running embedded broker's)")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
@@ -239,11 +236,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.disable(logging.ERROR)  # failures are reported once, below, not logged by the clients too
-    try:
+    with exit_on_config_error("status"):
         config = load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"status: invalid configuration: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     try:
         bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
                                        else config.kafka.bootstrap_servers)

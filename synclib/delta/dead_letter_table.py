@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from synclib.delta.table import open_table
+from synclib.delta.table import read_arrow
 
 
 def dead_letter_counts(path: str) -> dict[str, int] | None:
     """Dead letters per topic in the table at `path`; None when it does not exist (none yet)."""
-    table = open_table(path)
-    if table is None:
+    topics = read_arrow(path, columns=["topic"])
+    if topics is None:
         return None
-    topics = table.to_pyarrow_table(columns=["topic"]).column("topic").to_pylist()
-    return dict(sorted(Counter(str(t) for t in topics).items()))
+    return dict(sorted(Counter(str(t) for t in topics.column("topic").to_pylist()).items()))

@@ -28,20 +28,16 @@ offsets when too much of a batch fails.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
@@ -54,12 +50,20 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from synclib.delta import checkpoint
-from synclib.delta.isolation import Error, Failure, Key, OffsetRange, TooManyFailures, describe, isolate
-from synclib.delta.table import DATE_COLUMN, current_table
+from synclib import spark_checkpoint
+from synclib.delta.batch_writes import DeltaBatchSink, DeltaTarget
+from synclib.delta.isolation import (
+    MESSAGE_CHARS,
+    Error,
+    Failure,
+    Key,
+    TooManyFailures,
+    describe,
+    error_of,
+    isolate,
+)
+from synclib.delta.table import DATE_COLUMN
 from synclib.delta.writer import (
-    DeltaSparkBatchWriter,
-    DeltaStreamWriter,
     check_table_layout,
     fit_delta_to_local_master,
     resolve_engine,
@@ -67,11 +71,11 @@ from synclib.delta.writer import (
     utc_date,
 )
 from synclib.locations import normalize_location
+from synclib.offsets import OffsetRange
 from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
 
-BATCH_FORMAT = "synclib_delta_batch"
 REJECTED = "REJECTED_BY_TRANSFORM"  # error_class of a row the transform marked in its error column
 SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
@@ -84,7 +88,6 @@ SCHEMA = StructType([
     StructField("error_class", StringType()), StructField("error_message", StringType()),
     StructField("batch_id", LongType()), StructField("app_id", StringType()),
     StructField("dead_lettered_at", TimestampType())])
-MESSAGE_CHARS = 4000  # error messages are cut to this length
 REMEMBERED_BATCHES = 1000  # per-batch counts kept for progress reports (Spark keeps the last 100)
 
 Transform = Callable[[DataFrame], DataFrame]
@@ -93,64 +96,6 @@ SourceRows = Callable[[SparkSession, int], DataFrame]  # a micro-batch's source 
 
 class DeadLetterLimitExceeded(RuntimeError):
     """Too much of one batch failed the transform (`max_fraction` or `max_rows`)."""
-
-
-# --- the delta-rs engine's batch path: `synclib_delta` for one batch of foreachBatch --------
-
-class DeltaBatchWriter(DataSourceArrowWriter):
-    """The `synclib_delta` stream writer for one batch write (option `batchId`): the same
-    Parquet files and the same idempotent Delta commit."""
-
-    def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
-        self._stream = DeltaStreamWriter(schema, options)
-        self._batch_id = int(options["batchId"])
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self._stream.write(iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._stream.commit(messages, self._batch_id)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._stream.abort(messages, self._batch_id)
-
-
-class DeltaBatchSink(DataSource):
-    """Format `synclib_delta_batch`: options `path`, `checkpointLocation`, `batchId`,
-    `partitionBy` (JSON list), `logCheckpoints`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return BATCH_FORMAT
-
-    def writer(self, schema: StructType, overwrite: bool) -> DeltaBatchWriter:
-        return DeltaBatchWriter(schema, self.options)
-
-
-@dataclass(frozen=True)
-class DeltaTarget:
-    """One Delta table written once per micro-batch, idempotently, by either engine."""
-
-    engine: str
-    path: str
-    checkpoint: str
-    partition_by: tuple[str, ...] = ()
-    log_checkpoints: bool = True
-
-    def done(self, app_id: str, batch_id: int) -> bool:
-        """Whether the table holds batch `batch_id` of `app_id` (its transaction version)."""
-        table = current_table(self.path)
-        version = None if table is None else table.transaction_version(app_id)
-        return version is not None and version >= batch_id
-
-    def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
-        if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
-            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by)(df, batch_id)
-            return
-        (df.write.format(BATCH_FORMAT).mode("append")
-         .option("path", self.path).option("checkpointLocation", self.checkpoint)
-         .option("batchId", str(batch_id)).option("partitionBy", json.dumps(list(self.partition_by)))
-         .option("logCheckpoints", str(self.log_checkpoints).lower()).save())
 
 
 # --- one micro-batch -----------------------------------------------------------------------
@@ -208,7 +153,7 @@ class DeadLetterBatches:
         return self.kept(self.streamed(raw))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        app_id = checkpoint.app_id(self.main.checkpoint)
+        app_id = spark_checkpoint.app_id(self.main.checkpoint)
         if self.main.done(app_id, batch_id):
             if not self.dead.done(app_id, batch_id):  # replayed: were its dead letters written?
                 self._dead_letters_again(batch.sparkSession, app_id, batch_id)
@@ -391,31 +336,6 @@ def _where(failure: Failure) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
-
-
-_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): ", re.MULTILINE)
-
-
-def error_of(exc: BaseException) -> Error:
-    """(error class, message) of what evaluating the transform raised: Spark's error condition
-    (e.g. CAST_OVERFLOW), or for a Python UDF the Python exception's class (e.g. ValueError)."""
-    message = str(exc)
-    python = _PYTHON_ERROR.findall(message)
-    if python:
-        name = python[-1]
-        tail = message[message.rfind(name + ": "):]
-        return name.rsplit(".", 1)[-1], tail[len(name) + 2:].strip()[:MESSAGE_CHARS]
-    condition = None
-    for getter in ("getCondition", "getErrorClass"):
-        function = getattr(exc, getter, None)
-        if callable(function):
-            try:
-                condition = function()
-            except Exception:  # noqa: BLE001 - no condition then
-                condition = None
-            if condition:
-                break
-    return str(condition or type(exc).__name__), message[:MESSAGE_CHARS]
 
 
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path: str, dead_letters_path: str,

@@ -9,29 +9,20 @@ offset range per partition, so a filter on it stays short whatever the batch's s
 The work is bounded: with `k` poison rows among `n`, at most `2 k log2(n)` evaluations (one
 poison row: about `log2(n) + 1`, the second half of a failing part whose first half passes
 is known to fail), and the search stops (`TooManyFailures`) once more than `limit` rows have
-failed.
+failed. `error_of` names what the transform raised: Spark's error condition, or a Python UDF's
+exception class.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from synclib.offsets import OffsetRange
+
 Key = tuple[str, int, int]  # (topic, partition, offset) of a row
-
-
-@dataclass(frozen=True, order=True)
-class OffsetRange:
-    """Offsets `[start, end)` of one partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}[{self.partition}] offsets [{self.start}, {self.end})"
 
 
 @dataclass(frozen=True)
@@ -59,6 +50,7 @@ class TooManyFailures(Exception):
 
 
 Error = tuple[str, str]  # (error class, message) of what the transform raised
+MESSAGE_CHARS = 4000  # error messages are cut to this length
 # evaluate(ranges) -> None when the transform succeeds on every row in `ranges`, else the error.
 Evaluate = Callable[[Sequence[OffsetRange]], "Error | None"]
 
@@ -103,3 +95,28 @@ def isolate(keys: Sequence[Key], evaluate: Evaluate, limit: int, known_error: Er
         if first_error is not None:
             todo.append((first, first_error, True))
     return sorted(found, key=lambda f: f.key)
+
+
+_PYTHON_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): ", re.MULTILINE)
+
+
+def error_of(exc: BaseException) -> Error:
+    """(error class, message) of what evaluating the transform raised: Spark's error condition
+    (e.g. CAST_OVERFLOW), or for a Python UDF the Python exception's class (e.g. ValueError)."""
+    message = str(exc)
+    python = _PYTHON_ERROR.findall(message)
+    if python:
+        name = python[-1]
+        tail = message[message.rfind(name + ": "):]
+        return name.rsplit(".", 1)[-1], tail[len(name) + 2:].strip()[:MESSAGE_CHARS]
+    condition = None
+    for getter in ("getCondition", "getErrorClass"):
+        function = getattr(exc, getter, None)
+        if callable(function):
+            try:
+                condition = function()
+            except Exception:  # noqa: BLE001 - no condition then
+                condition = None
+            if condition:
+                break
+    return str(condition or type(exc).__name__), message[:MESSAGE_CHARS]

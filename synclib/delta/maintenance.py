@@ -379,7 +379,7 @@ def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repor
 
 class MaintenanceThread(BackgroundThread):
     """Runs `run_pass` every `options.interval` on a daemon thread of low CPU priority (Linux
-    `setpriority` on the thread); `on_pass` receives each report (progress output, metrics)."""
+    `setpriority` on the thread); `on_pass` receives each report (the metrics)."""
 
     def __init__(self, path: str, options: MaintenanceConfig,
                  on_pass: Sequence[Callable[[PassReport], None]] = (),
@@ -403,11 +403,3 @@ class MaintenanceThread(BackgroundThread):
                 continue
             for callback in self._on_pass:
                 callback(report)
-
-
-def spark_pass(spark: Any, path: str, options: MaintenanceConfig) -> PassReport:
-    """One pass with Delta's own commands (sink.engine delta-spark); see
-    `synclib.delta.spark_maintenance`."""
-    from synclib.delta import spark_maintenance
-
-    return spark_maintenance.run_pass(spark, path, options)

@@ -22,9 +22,10 @@ from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from synclib.delta.dead_letters import DeadLetterBatches, DeltaTarget, Limits, Transform
+from synclib.delta.batch_writes import DeltaTarget
+from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform
 from synclib.delta.isolation import describe
-from synclib.delta.table import DATE_COLUMN, open_table
+from synclib.delta.table import DATE_COLUMN, open_table, read_arrow
 from synclib.delta.writer import arrow_schema
 from synclib.locations import normalize_location
 from synclib.settings.values import DELTA_SPARK
@@ -46,8 +47,8 @@ class ReplayResult:
 
 def read_table(spark: SparkSession, path: str) -> DataFrame | None:
     """The Delta table at `path` as a DataFrame (read with delta-rs: no Delta jars needed)."""
-    table = open_table(path)
-    return None if table is None else spark.createDataFrame(table.to_pyarrow_table())
+    data = read_arrow(path)
+    return None if data is None else spark.createDataFrame(data)
 
 
 def dead_letters(spark: SparkSession, dead_path: str, main_path: str, where: str | None = None) -> DataFrame | None:
@@ -57,10 +58,10 @@ def dead_letters(spark: SparkSession, dead_path: str, main_path: str, where: str
         return None
     if where:
         letters = letters.where(where)
-    main = open_table(main_path)
+    main = read_arrow(main_path, columns=KEYS)
     if main is None:
         return letters.withColumn("in_main_table", F.lit(False))
-    held = spark.createDataFrame(main.to_pyarrow_table(columns=KEYS)).withColumn("in_main_table", F.lit(True))
+    held = spark.createDataFrame(main).withColumn("in_main_table", F.lit(True))
     return (letters.join(F.broadcast(held.dropDuplicates(KEYS)), KEYS, "left")
             .withColumn("in_main_table", F.coalesce(F.col("in_main_table"), F.lit(False))))
 

@@ -31,11 +31,12 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Any
 
 from deltalake import DeltaTable
+from pyspark.sql import Row, SparkSession
 
 from synclib.delta.maintenance import Partition, PassReport, cleanup_log, due_partitions, timed_pass
+from synclib.delta.writer import fit_delta_to_local_master
 from synclib.locations import normalize_location
 from synclib.settings.job import MaintenanceConfig
 
@@ -66,8 +67,16 @@ def optimize_statement(table: str, due: list[Partition], everything: bool) -> st
     return f"OPTIMIZE {table} WHERE " + " OR ".join(f"({_predicate(p)})" for p in due)
 
 
-def _set_properties(spark: Any, table: str, options: MaintenanceConfig) -> None:
-    current = spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {}
+def _first_row(spark: SparkSession, statement: str) -> Row:
+    """The first row of a Delta command that always returns one."""
+    row = spark.sql(statement).first()
+    if row is None:
+        raise RuntimeError(f"{statement} returned no row")
+    return row
+
+
+def _set_properties(spark: SparkSession, table: str, options: MaintenanceConfig) -> None:
+    current = _first_row(spark, f"DESCRIBE DETAIL {table}")["properties"] or {}
     wanted = table_properties(options)
     changed = {k: v for k, v in wanted.items() if current.get(k) != v}
     if changed:
@@ -76,27 +85,21 @@ def _set_properties(spark: Any, table: str, options: MaintenanceConfig) -> None:
         logger.info("maintenance of %s: table properties set: %s", table, changed)
 
 
-def _fit_delta_to_local_master(spark: Any) -> None:
-    from synclib.delta.writer import fit_delta_to_local_master  # the writer imports pyspark
-
-    fit_delta_to_local_master(spark)
-
-
-def run_pass(spark: Any, path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
+def run_pass(spark: SparkSession, path: str, options: MaintenanceConfig, now: float | None = None) -> PassReport:
     """One pass over the Delta table at `path` with Delta's commands in `spark` (see the module)."""
     return timed_pass(path, now, functools.partial(_pass, spark, path, options))
 
 
-def _pass(spark: Any, path: str, options: MaintenanceConfig, rs_table: DeltaTable, now: float,
+def _pass(spark: SparkSession, path: str, options: MaintenanceConfig, rs_table: DeltaTable, now: float,
           report: PassReport) -> None:
-    _fit_delta_to_local_master(spark)
+    fit_delta_to_local_master(spark)
     table = f"delta.`{normalize_location(path)}`"
     _set_properties(spark, table, options)
     due, report.deferred_files, everything = due_partitions(rs_table, options, now)
     if due:
         spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(options.target_file_size))
         spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(options.target_file_size))
-        metrics = spark.sql(optimize_statement(table, due, everything)).first()["metrics"]
+        metrics = _first_row(spark, optimize_statement(table, due, everything))["metrics"]
         report.compacted_files = int(metrics["numFilesRemoved"])
         report.written_files = int(metrics["numFilesAdded"])
         report.compacted_bytes = int(metrics["filesRemoved"]["totalSize"])
@@ -111,6 +114,6 @@ def _pass(spark: Any, path: str, options: MaintenanceConfig, rs_table: DeltaTabl
     if options.log_cleanup:
         rs_table.update_incremental()
         cleanup_log(rs_table, options, now, report)
-    detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
+    detail = _first_row(spark, f"DESCRIBE DETAIL {table}")
     report.live_files = int(detail["numFiles"])
-    report.version = int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"])
+    report.version = int(_first_row(spark, f"DESCRIBE HISTORY {table} LIMIT 1")["version"])

@@ -41,6 +41,20 @@ def open_table(path: str) -> DeltaTable | None:
     return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
 
 
+def read_arrow(path: str, columns: list[str] | None = None) -> pa.Table | None:
+    """The rows of the Delta table at `path` (only `columns`, when given) as one Arrow table; None
+    when there is no table. The one way synclib reads a table's data: the Parquet files are read
+    through pyarrow's own filesystem for the location. deltalake's default reads them through a
+    filesystem written in Python, which pyarrow's I/O threads may still call while the
+    interpreter exits: the process then aborts (SIGABRT, `terminate called without an active
+    exception`; deltalake 1.6 with pyarrow 26, delta-io/delta-rs#2184)."""
+    table = open_table(path)
+    if table is None:
+        return None
+    filesystem, root = fs.FileSystem.from_uri(normalize_location(path))
+    return table.to_pyarrow_table(columns=columns, filesystem=fs.SubTreeFileSystem(root, filesystem))
+
+
 def current_table(path: str) -> DeltaTable | None:
     """The table at `path` at its newest version, kept open in this process.
 
@@ -69,6 +83,13 @@ def current_table(path: str) -> DeltaTable | None:
             return None
     _open_tables[path] = (table, time.monotonic())
     return table
+
+
+def holds_batch(table: DeltaTable, app_id: str, batch_id: int) -> bool:
+    """Whether the table holds micro-batch `batch_id` of `app_id`: its application transaction's
+    version is at or above it (batches commit in order, so every earlier one is there too)."""
+    version = table.transaction_version(app_id)
+    return version is not None and version >= batch_id
 
 
 def synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """Delta sink, exactly once: one Delta commit per micro-batch, with the batch's Kafka offsets.
 
 Every commit carries the application transaction `(app_id, batchId)` (app_id from the
-checkpoint's query id, see `synclib.delta.checkpoint`) and commit metadata `synclib.*` with the
+checkpoint's query id, see `synclib.spark_checkpoint`) and commit metadata `synclib.*` with the
 batch's end offsets read from Spark's offset log. A batch whose transaction version is
 already in the table is skipped: that is the replay after a crash between the Delta
 commit and Spark's checkpoint commit. The table alone therefore says what it holds, and a
@@ -36,10 +36,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
-from synclib import __version__
+from synclib import __version__, spark_checkpoint
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import checkpoint, parquet
+from synclib.delta import parquet
 from synclib.delta.table import (
     DATE_COLUMN,
     META_APP_ID,
@@ -47,6 +47,7 @@ from synclib.delta.table import (
     META_OFFSETS,
     META_VERSION,
     current_table,
+    holds_batch,
     latest_metadata,
     open_table,
     parse_offsets,
@@ -122,12 +123,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
-        app_id = checkpoint.app_id(self._checkpoint)
-        offsets = checkpoint.batch_offsets(self._checkpoint, batchId)
+        app_id = spark_checkpoint.app_id(self._checkpoint)
+        offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
         table = current_table(self._path)
         if table is not None:
-            done = table.transaction_version(app_id)
-            if done is not None and done >= batchId:
+            if holds_batch(table, app_id, batchId):
                 logger.info("batch %d of %s is already in %s: skipped", batchId, app_id, self._path)
                 parquet.delete_files(self._path, files)
                 return
@@ -185,8 +185,8 @@ class DeltaSparkBatchWriter:
         self._partition_by = list(partition_by)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        app_id = checkpoint.app_id(self._checkpoint)
-        offsets = checkpoint.batch_offsets(self._checkpoint, batch_id)
+        app_id = spark_checkpoint.app_id(self._checkpoint)
+        offsets = spark_checkpoint.batch_offsets(self._checkpoint, batch_id)
         writer = (batch.write.format("delta").mode("append")
                   .option("txnAppId", app_id).option("txnVersion", batch_id)
                   .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))

@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from pyspark.sql.datasource import InputPartition
 from synclib.kafka.arrow_records import Records
 from synclib.kafka.client_config import for_consumer
 from synclib.kafka.fetch_path import RecordsConsumer
+from synclib.offsets import OffsetRange
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +45,6 @@ READ_DEFAULTS = {
 
 class KafkaDataLossError(RuntimeError):
     """Offsets the query was going to read no longer exist (failOnDataLoss=true)."""
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """The offsets [start, end) of one Kafka partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 class KafkaInputPartition(InputPartition):
@@ -206,11 +192,8 @@ def _stalled(consumer: KafkaConsumer, tp: TopicPartition, offsets: OffsetRange, 
     warn when failOnDataLoss=false and let the caller stop at what exists)."""
     hw = consumer.end_offsets([tp])[tp]
     if hw >= offsets.end:
-        raise TimeoutError(
-            f"{offsets.topic}[{offsets.partition}]: no progress reading offsets "
-            f"[{offsets.start}, {offsets.end}) for {stall_timeout_s:.0f}s at offset {position} "
-            f"(high watermark {hw})"
-        )
+        raise TimeoutError(f"no progress reading {offsets} for {stall_timeout_s:.0f}s at offset {position} "
+                           f"(high watermark {hw})")
     message = (
         f"{offsets.topic}[{offsets.partition}]: offsets [{max(hw, offsets.start)}, {offsets.end}) are gone "
         f"(the partition now ends at {hw}; topic deleted and recreated or truncated)"

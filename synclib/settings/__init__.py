@@ -2,8 +2,8 @@
 
 Modules: `values` (value types: what each accepts, how an error reads), `model` (the
 `Section` base and error translation), `kafka`, `source`, `job` (the sections),
-`loading` (YAML, `${VAR}`, `--set`, `ConfigError`) and `reference` (the README's tables of
-every setting). pydantic v2 does the schema work.
+`loading` (YAML, `${VAR}`, `--set`, `ConfigError`) and `reference` (the tables of every
+setting in docs/configuration.md). pydantic v2 does the schema work.
 This package imports no Spark, so the job validates its config before Spark starts.
 
 A setting is one field of a `Section`: its name is the YAML key, its type (from `values`)
@@ -27,8 +27,8 @@ and one field in its parent, here `ForwarderConfig`:
 `MonitoringConfig` without a default). A rule between settings is a `model_validator(mode="after")`
 raising `SettingError("metrics_port", "requires {0}", "healthcheck_file")`. A new kind of
 value is one `Annotated[...]` type in `values` raising `Invalid("what it expects")`, named
-by a `Kind`. After a change, `python -m synclib.settings.reference README.md` renders the
-README's tables anew (a unit test fails until then).
+by a `Kind`. After a change, `python -m synclib.settings.reference docs/configuration.md`
+renders the page's tables anew (a unit test fails until then).
 Renaming a key: keep the old name accepted in the section's `mode="before"` validator,
 moving its value to the new key with a `DeprecationWarning`.
 """

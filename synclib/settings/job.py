@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from synclib.settings.kafka import BOOTSTRAP_OPTION, KafkaConfig
-from synclib.settings.model import KEEP_NULL, Invalid, Section, SettingError
+from synclib.settings.model import KEEP_NULL, Section, SettingError
 from synclib.settings.source import SourceConfig
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
+    ColumnName,
     Columns,
     Duration,
     EngineChoice,
     FilePath,
-    Kind,
+    Fraction,
     LogLevelChoice,
     Port,
     PositiveDuration,
@@ -31,7 +31,7 @@ class MaintenanceConfig(Section):
 
     enabled: Boolean = True
     """Run table maintenance on a background thread of the job (see [Table
-    maintenance](#table-maintenance)); the `maintain` command ignores it."""
+    maintenance](operations/maintenance.md)); the `maintain` command ignores it."""
     interval: PositiveDuration = 300.0
     """Between the end of one maintenance pass and the start of the next."""
     time_budget: PositiveDuration = 60.0
@@ -58,34 +58,13 @@ class MaintenanceConfig(Section):
         return self.target_file_size_mb << 20
 
 
-def _fraction(raw: Any) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise Invalid("a fraction between 0 and 1") from None
-    if not 0.0 <= value <= 1.0:
-        raise Invalid("a fraction between 0 and 1")
-    return value
-
-
-def _column(raw: Any) -> str:
-    if not isinstance(raw, str) or not _COLUMN.fullmatch(raw):
-        raise Invalid("a column name (letters, digits, _)")
-    return raw
-
-
-Fraction = Annotated[float, BeforeValidator(_fraction), Kind("fraction")]
-ColumnName = Annotated[str, BeforeValidator(_column), Kind("column name")]
-_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 class DeadLettersConfig(Section):
     """`sink.dead_letters`: rows the transform rejects or raises on go to a second Delta table
     instead of failing their micro-batch (`synclib.delta.dead_letters`). Off by default."""
 
     enabled: Boolean = False
     """Rows the transform rejects or raises on go to a dead-letter table instead of failing their
-    batch (see [Dead letters](#dead-letters))."""
+    batch (see [Dead letters](operations/dead-letters.md))."""
     path: FilePath | None = None
     """The dead-letter Delta table, beside the main table (never inside it); unset:
     `<sink.path>_dead_letters`."""
@@ -105,7 +84,8 @@ class SinkConfig(Section):
     path: FilePath
     """The Delta table (local path, `s3://`, `abfss://`, `/Volumes/...`)."""
     engine: EngineChoice = "auto"
-    """The writer (see [Choosing the writer](#choosing-the-writer))."""
+    """The writer (see [Choosing the
+    writer](operations/writer-and-trigger.md#choosing-the-writer))."""
     partition_by: Columns = ()
     """Partition columns."""
     partition_by_date: Boolean = False
@@ -133,7 +113,8 @@ class TriggerConfig(Section):
 
     processing_time: Duration = 0.25
     """The micro-batch interval; 250 ms keeps a leader's commit within about half a second of the table
-    (see "Choosing the trigger")."""
+    (see [Choosing the
+    trigger](operations/writer-and-trigger.md#choosing-the-trigger))."""
     available_now: Boolean = False
     """Read what is available in one Trigger.AvailableNow run, then stop (same as `--available-now`)."""
 

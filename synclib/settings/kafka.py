@@ -70,7 +70,7 @@ class SecurityConfig(Section):
     """`kafka.security`: protocol, SASL credentials and SSL files (relative paths resolved at load)."""
 
     protocol: ProtocolChoice = Field("PLAINTEXT", serialization_alias="kafka.security.protocol")
-    """How the clients connect to the brokers (see [Kafka security](#kafka-security))."""
+    """How the clients connect to the brokers (see [Kafka security](operations/security.md))."""
     sasl_mechanism: SaslMechanismChoice | None = Field(None, serialization_alias="kafka.sasl.mechanism")
     """SASL: the mechanism; required with a SASL protocol."""
     username: String | None = Field(None, serialization_alias="kafka.sasl.username")

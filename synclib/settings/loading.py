@@ -3,8 +3,8 @@
 `load_config(path, overrides)` reads the YAML (duplicate keys are an error), expands
 `${VAR}` and `${VAR:-default}` in string values from the environment (keys are never
 expanded), applies `--set dotted.key=value` overrides (values parsed as YAML: `500` is an
-int, `[a, b]` a list) and validates. The message is `<file>: <dotted.key>: <problem>`;
-secrets never appear in it.
+int, `[a, b]` a list) and validates. The message is `<file>: <dotted.key>: <problem>`, every invalid setting on one line
+(`; ` between them); secrets never appear in it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     try:
         return ForwarderConfig.model_validate(tree)
     except ValidationError as exc:
-        key, problem = explain(exc, ForwarderConfig, _YAML_NAMING)
-        raise ConfigError(f"{file}: {'.'.join(key)}: {problem}") from None
+        problems = explain(exc, ForwarderConfig, _YAML_NAMING)
+        raise ConfigError(f"{file}: " + "; ".join(f"{'.'.join(key)}: {problem}" for key, problem in problems)) from None
 
 
 class _StrictLoader(yaml.SafeLoader):

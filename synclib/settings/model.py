@@ -2,9 +2,9 @@
 
 A section is a frozen pydantic model that forbids unknown keys and reads null as "use the
 default". Validators raise `Invalid` (a value is not what the setting takes) or `SettingError`
-(a rule between settings is broken, naming the settings involved); `explain` turns the first
-error of a `ValidationError` into `(setting, problem)`, with settings named by a `Naming`: dotted
-YAML keys for a config file, option names for Spark.
+(a rule between settings is broken, naming the settings involved); `explain` turns each error of
+a `ValidationError` into `(setting, problem)`, with settings named by a `Naming`: dotted YAML keys
+for a config file, option names for Spark.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 KeyPath = tuple[str, ...]  # a setting's keys from the root: ("kafka", "security", "protocol")
 
@@ -73,18 +74,26 @@ class Naming:
     noun: str
 
 
-def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tuple[KeyPath, str]:
-    """The setting and the problem of the error to report first (unknown keys before the rest)."""
+def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> list[tuple[KeyPath, str]]:
+    """Every problem of `error` as `(setting, problem)`, unknown keys first, each setting once."""
     errors = error.errors(include_url=False)
-    first = next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
-    path = tuple(str(part) for part in first["loc"])
-    kind, context = first["type"], first.get("ctx") or {}
+    ordered = [e for e in errors if e["type"] in _UNKNOWN_KEY] + [e for e in errors if e["type"] not in _UNKNOWN_KEY]
+    problems: dict[KeyPath, str] = {}
+    for entry in ordered:
+        path, problem = _explain_one(entry, root, naming)
+        problems.setdefault(path, problem)
+    return list(problems.items())
+
+
+def _explain_one(error: ErrorDetails, root: type[BaseModel], naming: Naming) -> tuple[KeyPath, str]:
+    path = tuple(str(part) for part in error["loc"])
+    kind, context = error["type"], error.get("ctx") or {}
     cause = context.get("error")
     if isinstance(cause, SettingError):
         refs = [naming.name(path + tuple(ref.split("."))) for ref in cause.refs]
         at = path + tuple(cause.at.split(".")) if cause.at else path
         return at, cause.problem.format(*refs, noun=naming.noun) if refs else cause.problem
-    value = describe(first.get("input"), secret=bool(path) and is_secret(path[-1]))
+    value = describe(error.get("input"), secret=bool(path) and is_secret(path[-1]))
     if isinstance(cause, Invalid):
         detail = f" ({cause.detail})" if cause.detail else ""
         return path, f"expected {cause.expected}, got {value}{detail}"
@@ -94,7 +103,7 @@ def explain(error: ValidationError, root: type[BaseModel], naming: Naming) -> tu
         return path, f"missing required {'section' if known_names(root, path) else naming.noun}"
     if kind in ("model_type", "dict_type"):
         return path, f"expected a mapping, got {value}"
-    return path, f"{first['msg']}, got {value}"
+    return path, f"{error['msg']}, got {value}"
 
 
 def nested(root: type[BaseModel], path: KeyPath) -> type[BaseModel] | type[dict[Any, Any]] | None:

@@ -3,7 +3,8 @@
 A setting's row is its dotted YAML key, its type (the `Kind` of its value type, or the choices
 of a `Literal`), its default, its Spark option (`serialization_alias`) and its meaning (the
 docstring below the field). `python -m synclib.settings.reference` prints the tables;
-`python -m synclib.settings.reference README.md` rewrites them between README's marker comments.
+`python -m synclib.settings.reference docs/configuration.md` rewrites them between the page's
+marker comments.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from synclib.settings.model import KeyPath, nested, union_members
 from synclib.settings.source import SourceConfig, SourceOptions
 from synclib.settings.values import Kind
 
-COMMAND = "python -m synclib.settings.reference README.md"
+COMMAND = "python -m synclib.settings.reference docs/configuration.md"
 _UNITS = (("h", 3600.0), ("m", 60.0), ("s", 1.0))
 
 
@@ -118,12 +119,12 @@ def update(text: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m synclib.settings.reference",
                                      description="Print the configuration reference (markdown tables).")
-    parser.add_argument("readme", nargs="?", type=Path, help="rewrite the tables in this file instead")
+    parser.add_argument("page", nargs="?", type=Path, help="rewrite the tables in this file instead")
     args = parser.parse_args(argv)
-    if args.readme is None:
+    if args.page is None:
         print("\n\n".join(render() for render in TABLES.values()))
     else:
-        args.readme.write_text(update(args.readme.read_text(encoding="utf-8")), encoding="utf-8")
+        args.page.write_text(update(args.page.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 if __name__ == "__main__":

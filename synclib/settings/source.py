@@ -91,9 +91,10 @@ class SourceConfig(Section):
     """A read task may make no progress this long, then it fails."""
     commit_to_consumer_group: Boolean = Field(False, serialization_alias="commitToConsumerGroup")
     """Commit written offsets to `consumer_group` after each Delta commit (see [Lag in Kafka's
-    tools](#lag-in-kafkas-tools))."""
+    tools](operations/leaders.md#lag-in-kafkas-tools))."""
     publish_commit_log: Topic | None = Field(None, serialization_alias="publishCommitLog")
-    """Publish this forwarder's commits to this topic (see [Chaining forwarders](#chaining-forwarders));
+    """Publish this forwarder's commits to this topic (see [Chaining
+    forwarders](operations/leaders.md#chaining-forwarders));
     needs `consumer_group`."""
     remote_offsets: RemoteOffsetsChoice = Field(
         "commit_log", serialization_alias="remoteOffsets")
@@ -195,8 +196,9 @@ class SourceOptions(SourceConfig):
         try:
             return cls.model_validate(values, context=SPARK)
         except ValidationError as exc:
-            path, problem = explain(exc, cls, _SPARK_NAMING)
-            raise SourceOptionError(f"option {_option(path)!r}: {problem}") from None
+            problems = explain(exc, cls, _SPARK_NAMING)
+            raise SourceOptionError("; ".join(f"option {_option(path)!r}: {problem}" for path, problem in problems)) \
+                from None
 
 
 def _option(path: KeyPath) -> str:

@@ -197,6 +197,22 @@ def _group_list(raw: Any) -> tuple[str, ...]:
     raise Invalid("a non-empty list of group ids (without commas)")
 
 
+def _fraction(raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise Invalid("a fraction between 0 and 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise Invalid("a fraction between 0 and 1")
+    return value
+
+
+def _column(raw: Any) -> str:
+    if not isinstance(raw, str) or not _COLUMN.fullmatch(raw):
+        raise Invalid("a column name (letters, digits, _)")
+    return raw
+
+
 def _columns(raw: Any) -> tuple[str, ...]:
     if (isinstance(raw, (list, tuple)) and all(isinstance(c, str) and _COLUMN.fullmatch(c) for c in raw)
             and len(set(raw)) == len(raw)):
@@ -276,6 +292,8 @@ Topic = Annotated[str, BeforeValidator(_topic), Kind("topic")]
 TopicList = Annotated[str, BeforeValidator(_topic_list), Kind("topics")]  # comma-separated
 GroupList = Annotated[tuple[str, ...], BeforeValidator(_group_list), Kind("group ids")]
 Columns = Annotated[tuple[str, ...], BeforeValidator(_columns), Kind("column names")]
+ColumnName = Annotated[str, BeforeValidator(_column), Kind("column name")]
+Fraction = Annotated[float, BeforeValidator(_fraction), Kind("fraction")]
 Regex = Annotated[str, BeforeValidator(_regex), Kind("regex")]
 TransformSpec = Annotated[str, BeforeValidator(_transform), Kind("`module:function`")]
 Assignment = Annotated[str, BeforeValidator(_assign), Kind("JSON")]  # compact JSON {"topic": [partitions]}

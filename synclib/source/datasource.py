@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from synclib.compat import pyspark as spark_compat
 from synclib.kafka.admin import KafkaMetadata
-from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, OffsetRange, plan_tasks, read_partition
+from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, plan_tasks, read_partition
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
@@ -39,6 +39,7 @@ from synclib.locations import read_text, write_text
 from synclib.offsets import (
     EARLIEST,
     LATEST,
+    OffsetRange,
     OffsetsJson,
     PartitionOffsets,
     TopicPartitionKey,

@@ -24,7 +24,8 @@ from kafka.consumer.fetcher import Fetcher
 
 from synclib.compat.kafka_python import MissingCodecError
 from synclib.kafka import fetch_path, reader
-from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.kafka.reader import KafkaInputPartition, read_partition
+from synclib.offsets import OffsetRange
 from synclib.schema import output_schema
 from tests import mock_cluster
 from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer, transaction

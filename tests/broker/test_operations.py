@@ -1,122 +1,23 @@
-"""Operations: the Databricks job, Kafka security for every client, lag in Kafka's tools,
-chained forwarders and leaders without a commit log, through the job as operators run it."""
+"""Operations: Kafka security for every client, lag in Kafka's tools, chained forwarders and
+leaders without a commit log, through the job as operators run it (the Databricks jobs:
+tests/unit/test_databricks.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-import tomllib
-from deltalake import DeltaTable
 
-from synclib.app.job import parse_args
+from synclib.delta.table import read_arrow
 from synclib.kafka.client_config import for_admin, for_consumer, for_producer
 from synclib.kafka.reader import consumer_settings
 from synclib.settings import ConfigError, SourceOptions, load_config
 from tests import mock_cluster
-from tests.forwarder_runs import ROOT, commit_group, committed_offsets, run_forwarder, table_offsets, write_config
+from tests.forwarder_runs import commit_group, committed_offsets, run_forwarder, table_offsets, write_config
 from tests.support import produce_values, publish_commit
-
-DATABRICKS = ROOT / "conf" / "databricks"
-# Where the README's deploy steps put the repository's jobs/ and conf/databricks/ in the workspace.
-WORKSPACE_ROOT = "/Workspace/Shared/synclib/"
-SECRET_REFERENCE = re.compile(r"\{\{secrets/[\w.-]+/[\w.-]+\}\}")
-
-
-# --- Databricks ------------------------------------------------------------------------------
-
-def in_repo(workspace_path: str) -> Path:
-    assert workspace_path.startswith(WORKSPACE_ROOT), workspace_path
-    return ROOT / workspace_path[len(WORKSPACE_ROOT):]
-
-
-def forwarder_task_args(python_task: dict) -> argparse.Namespace:
-    """The job arguments of a Databricks task that runs jobs/forwarder.py from the workspace."""
-    assert in_repo(python_task["python_file"]) == ROOT / "jobs" / "forwarder.py"
-    return parse_args([p if not p.startswith(WORKSPACE_ROOT) else str(in_repo(p)) for p in python_task["parameters"]])
-
-
-def assert_config_takes_exactly_these_from_the_environment(monkeypatch, args: argparse.Namespace,
-                                                          names: Iterable[str]) -> None:
-    """The Databricks config loads with `names` set (Kafka over SASL_SSL, table and checkpoint on a
-    volume) and fails naming each of them when it is missing."""
-    names = list(names)
-    for name in names:
-        monkeypatch.setenv(name, f"<{name}>" if name != "KAFKA_BOOTSTRAP_SERVERS" else "broker-1:9096")
-    config = load_config(args.config, args.overrides)
-    assert (config.kafka.security.protocol, config.kafka.security.password) == ("SASL_SSL", "<KAFKA_PASSWORD>")
-    assert config.sink.path.startswith("/Volumes/") and config.checkpoint.location.startswith("/Volumes/")
-    assert config.sink.engine == "auto"
-    for name in names:  # every secret the config needs comes from the job's environment
-        monkeypatch.delenv(name)
-        with pytest.raises(ConfigError, match=f"environment variable {name} is not set"):
-            load_config(args.config, args.overrides)
-        monkeypatch.setenv(name, "x")
-
-
-def assert_installs_the_wheel_and_its_dependencies(wheels: list[str], packages: set[str]) -> str:
-    """The job installs synclib's wheel and exactly its dependencies (the runtime brings Spark);
-    the README's deploy steps copy the wheel where the job looks. Returns the README."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert [Path(w).name for w in wheels] == [f"{project['name']}-{project['version']}-py3-none-any.whl"]
-    assert packages == {d for d in project["dependencies"] if not d.startswith("pyspark")}
-    readme = (ROOT / "README.md").read_text()  # the deploy steps put everything where the job looks
-    assert f"import-dir --overwrite jobs {WORKSPACE_ROOT}jobs" in readme
-    assert f"import-dir --overwrite conf/databricks {WORKSPACE_ROOT}conf/databricks" in readme
-    assert f"dbfs:{Path(wheels[0]).parent}/" in readme
-    return readme
-
-
-def test_databricks_job_runs_the_forwarder_with_the_databricks_config(monkeypatch):
-    job = json.loads((DATABRICKS / "job.json").read_text())
-    (task,) = job["tasks"]
-    (cluster,) = [c["new_cluster"] for c in job["job_clusters"] if c["job_cluster_key"] == task["job_cluster_key"]]
-    assert job["max_concurrent_runs"] == 1 and task["max_retries"] == -1  # one query per checkpoint, restarted
-    args = forwarder_task_args(task["spark_python_task"])
-    assert Path(args.config) == DATABRICKS / "forwarder.yaml"
-
-    env = cluster["spark_env_vars"]
-    assert all(SECRET_REFERENCE.fullmatch(value) for value in env.values()), env
-    assert_config_takes_exactly_these_from_the_environment(monkeypatch, args, env)
-
-    readme = assert_installs_the_wheel_and_its_dependencies(
-        [lib["whl"] for lib in task["libraries"] if "whl" in lib],
-        {lib["pypi"]["package"] for lib in task["libraries"] if "pypi" in lib})
-    for reference in env.values():
-        scope, key = reference.strip("{}").split("/")[1:]
-        assert f"put-secret {scope} {key}" in readme
-
-
-def test_databricks_serverless_job_runs_the_forwarder_available_now_continuously(monkeypatch):
-    """Serverless compute (Spark Connect) runs streams with Trigger.AvailableNow only: each run
-    forwards what is releasable and the continuous schedule starts the next; the Kafka settings
-    come from an .env file on the volume (serverless jobs have no cluster environment)."""
-    job = json.loads((DATABRICKS / "job-serverless.json").read_text())
-    (task,) = job["tasks"]
-    assert "job_clusters" not in job and "new_cluster" not in task and "libraries" not in task
-    assert job["max_concurrent_runs"] == 1 and job["continuous"] == {"pause_status": "UNPAUSED"}
-    args = forwarder_task_args(task["spark_python_task"])
-    assert Path(args.config) == DATABRICKS / "forwarder.yaml" and args.available_now
-
-    (environment,) = [e["spec"] for e in job["environments"] if e["environment_key"] == task["environment_key"]]
-    wheels = [d for d in environment["dependencies"] if d.endswith(".whl")]
-    readme = assert_installs_the_wheel_and_its_dependencies(
-        wheels, {d for d in environment["dependencies"] if d not in wheels})
-
-    (variables,) = [e["spec"] for e in job["environment_variables"]
-                    if e["environment_variables_key"] == task["environment_variables_key"]]
-    (env_file,) = variables["files"]
-    assert f"dbfs:{Path(env_file).parent}/" in readme  # the deploy steps copy it there
-    env_file_text = readme.split(f"cat > {Path(env_file).name} <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    names = re.findall(r"^([A-Z_]+)=", env_file_text, re.MULTILINE)
-    assert names, env_file_text
-    assert_config_takes_exactly_these_from_the_environment(monkeypatch, args, names)
-
 
 # --- Kafka security --------------------------------------------------------------------------
 
@@ -255,5 +156,5 @@ def test_leader_without_commit_log_through_the_job(bootstrap_servers, producer, 
 
 
 def read_rows(path: str) -> list[tuple[int, int]]:
-    table = DeltaTable(path).to_pyarrow_table(columns=["partition", "offset"])
+    table = read_arrow(path, columns=["partition", "offset"])
     return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))

@@ -15,6 +15,7 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from synclib.app import status
+from synclib.app.command_line import EXIT_CONFIG
 from synclib.delta.table import table_summary
 from synclib.delta.writer import commit_metadata
 from synclib.embedded.broker import free_port
@@ -132,7 +133,7 @@ def test_status_fails_clearly_when_nothing_answers(tmp_path):
     assert "pass --bootstrap HOST:PORT" in embedded.stderr
 
     invalid = status_without_spark("--config", str(config), "--set", "source.no_such_key=1")
-    assert invalid.returncode == status.EXIT_USAGE and "no_such_key" in invalid.stderr
+    assert invalid.returncode == EXIT_CONFIG and "no_such_key" in invalid.stderr
 
 
 @pytest.mark.slow

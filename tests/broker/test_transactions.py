@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from synclib.kafka.reader import KafkaInputPartition, OffsetRange, read_partition
+from synclib.kafka.reader import KafkaInputPartition, read_partition
+from synclib.offsets import OffsetRange
 from synclib.schema import output_schema
 from tests import mock_cluster
 from tests.librdkafka import Record, produce_burst, transaction, transactional_producer

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,12 +19,13 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable
 
 from benchmarks.job_files import delta_batches
 from benchmarks.job_world import JobRun, job_config, wait_for, write_config
 from benchmarks.poison import ERROR_COLUMN
-from synclib.delta import checkpoint
+from synclib import spark_checkpoint
+from synclib.delta.table import read_arrow
+from tests.forwarder_runs import ROOT, run_status
 from tests.poison import EVENTS_PER_PARTITION, POISON, good_rows, poison_rows, produce_poisoned
 from tests.support import publish_commit
 
@@ -32,10 +35,10 @@ READING, MAIN_COMMITTED, BOTH_COMMITTED = "reading", "main-committed", "both-com
 
 
 def rows(table: Path, *columns: str) -> list[tuple[Any, ...]]:
-    if not DeltaTable.is_deltatable(str(table)):
+    data = read_arrow(str(table), columns=list(columns))
+    if data is None:
         return []
-    data = DeltaTable(str(table)).to_pyarrow_table(columns=list(columns)).to_pydict()
-    return list(zip(*(data[c] for c in columns), strict=True))
+    return list(zip(*(data.to_pydict()[c] for c in columns), strict=True))
 
 
 class Files:
@@ -55,7 +58,7 @@ class Files:
     def _ends(self, batch: int) -> dict[int, int]:
         if batch < 0:
             return {}
-        ends = checkpoint.batch_offsets(str(self.checkpoint), batch)
+        ends = spark_checkpoint.batch_offsets(str(self.checkpoint), batch)
         return {int(p): e for p, e in (json.loads(ends).get(self.topic, {}) if ends else {}).items()}
 
     def poisoned(self, batch: int) -> bool:
@@ -137,6 +140,27 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
     output = final.output()
     assert re.search(r"dead letters: \d+ this run", output), output[-3000:]
     assert len({v for _, v in delta_batches(files.dead)}) == len(delta_batches(files.dead))  # each batch once
+    assert_readers_exit_cleanly(config, events)
+
+
+STATUS_RUNS, LIST_RUNS = 20, 5  # deltalake's own read aborted 10 of 12 status runs (issue 26)
+
+
+def assert_readers_exit_cleanly(config: Path, events: str) -> None:
+    """The status command and the dead-letter list, each run again and again in a fresh
+    interpreter, report the dead letters and exit 0 every time: reading a Delta table into Arrow
+    through deltalake's own filesystem aborted the interpreter at exit in most runs."""
+    for run in range(STATUS_RUNS):
+        status = run_status("--config", str(config), "--json")
+        assert status.returncode == 0, (run, status.returncode, status.stderr[-2000:])
+        assert json.loads(status.stdout)["dead_letters"]["by_topic"] == {events: len(POISON)}, status.stdout
+    for run in range(LIST_RUNS):
+        listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(config),
+                                 "list"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+        assert listed.returncode == 0, (run, listed.returncode, listed.stderr[-2000:])
+        offsets = {tuple(map(int, m)) for m in re.findall(rf"^{events}\[(\d+)\] offset (\d+) ", listed.stdout, re.M)}
+        assert offsets == set(POISON), listed.stdout
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from benchmarks.job_files import (
     verify_table,
 )
 from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
+from synclib.delta.table import read_arrow
 from synclib.delta.writer import start_delta_stream
 from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
@@ -144,7 +145,7 @@ HEARTBEAT_S = 5
 DEADLINE_MESSAGE = re.compile(
     rf"no answer from the brokers for {DEADLINE_S}s"  # planning
     rf"|no progress for \d+s \(limit {DEADLINE_S}s\)"  # the commit-log follower
-    rf"|no progress reading offsets .* for {DEADLINE_S}s")  # executors
+    rf"|no progress reading \S+ offsets .* for {DEADLINE_S}s")  # executors
 
 
 def restart_completes(spark: Any, world: KafkaWorld, tmp_path: Path, options: dict[str, str]) -> None:
@@ -385,11 +386,8 @@ def test_topic_deleted_and_recreated_under_the_job(producer: Any, admin: Any, bo
 
 
 def _values(table: Path) -> Counter[bytes]:
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(str(table)):
-        return Counter()
-    return Counter(DeltaTable(str(table)).to_pyarrow_table(columns=["value"]).column("value").to_pylist())
+    data = read_arrow(str(table), columns=["value"])
+    return Counter() if data is None else Counter(data.column("value").to_pylist())
 
 
 # --- secrets ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from synclib.app.embedded_locations import start_embedded_afresh
+from synclib.delta.table import read_arrow
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.broker import free_port
 from synclib.embedded.leader import SimulatedLeader
@@ -107,7 +108,7 @@ def commit(producer: Producer, job: Job, offsets: Mapping[int, int]) -> None:
 
 
 def table_rows(spark: SparkSession, table: str, schema: StructType) -> DataFrame:
-    data = DeltaTable(table).to_pyarrow_table(columns=schema.fieldNames())
+    data = read_arrow(table, columns=schema.fieldNames())
     return spark.createDataFrame(data.cast(arrow_schema(schema)))
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from deltalake import DeltaTable
 
+from synclib.delta.table import read_arrow
 from tests import mock_cluster
 from tests.forwarder_runs import run_forwarder, table_offsets, write_config
 from tests.librdkafka import CODECS, Produced, Record, produce_burst, producer, transaction
@@ -83,8 +83,7 @@ PRODUCERS: dict[str, tuple[int, Callable[[str, str], Written]]] = {
 
 def table_records(table: str) -> list[Produced]:
     """The table's rows as librdkafka's delivery reports describe records, in offset order."""
-    data = DeltaTable(table).to_pyarrow_table(
-        columns=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
+    data = read_arrow(table, columns=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
     micros = data.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
     rows = [Produced(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
                      [(h["key"], h["value"]) for h in row["headers"] or []], us // 1000)

@@ -35,7 +35,7 @@ from benchmarks.job_files import MAINTENANCE
 from benchmarks.soak import soak
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
-from synclib.delta.table import latest_synclib_commit, read_table_offsets
+from synclib.delta.table import latest_synclib_commit, read_arrow, read_table_offsets
 from synclib.delta.writer import (
     DeltaSparkBatchWriter,
     DeltaStreamWriter,
@@ -90,7 +90,7 @@ class Batches:
             self.next += 1
 
     def offsets(self) -> list[int]:
-        return sorted(DeltaTable(self.table).to_pyarrow_table(columns=["offset"])["offset"].to_pylist())
+        return sorted(read_arrow(self.table, columns=["offset"])["offset"].to_pylist())
 
 
 def settings(**keys: str | int) -> MaintenanceConfig:
@@ -189,7 +189,7 @@ def test_partition_values_with_any_characters_are_compacted_and_vacuumed(make_ba
     report = batches.maintain(settings(min_age="0s"))
 
     assert (report.compacted_files, report.written_files, report.vacuumed_files) == (9, 3, 9)
-    data = DeltaTable(batches.table).to_pyarrow_table().sort_by("offset").to_pydict()
+    data = read_arrow(batches.table).sort_by("offset").to_pydict()
     assert data == {"name": names * 3, "offset": list(range(9))}
     live = data_files(batches.table)
     assert len(live) == 3 and not live & batch_files

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
@@ -20,6 +19,7 @@ from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.delta.replay import replay
+from synclib.delta.table import read_arrow
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
 from tests.support import publish_commit
@@ -55,7 +55,7 @@ def read(spark: Any, table: Path, columns: str) -> Any:
     """Columns `columns` (DDL) of the Delta table, read with delta-rs (Spark's Delta reader plans
     50 tasks to read a log: minutes on a busy 2-core machine), as a Spark DataFrame for chispa."""
     names = [c.split()[0] for c in columns.split(",")]
-    rows = DeltaTable(str(table)).to_pyarrow_table(columns=names).to_pylist()
+    rows = read_arrow(str(table), columns=names).to_pylist()
     return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], columns)
 
 
@@ -91,7 +91,7 @@ def test_poison_rows_go_to_the_dead_letter_table_once_the_rest_to_the_main_table
     assert_df_equality(dead_rows(spark, tmp_path),
                        spark.createDataFrame(poison_rows(), "partition int, offset long, error_class string"),
                        ignore_row_order=True, ignore_nullable=True)
-    dead = DeltaTable(str(tmp_path / "dead")).to_pyarrow_table().to_pylist()
+    dead = read_arrow(str(tmp_path / "dead")).to_pylist()
     assert {(r["topic"], r["partition"], r["offset"], r["value"]) for r in dead} == {
         (events, p, o, value(p, o)) for p, o, _ in poison_rows()}
     assert all(r["error_message"] and r["batch_id"] is not None and r["dead_lettered_at"] for r in dead), dead

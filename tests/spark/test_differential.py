@@ -241,7 +241,7 @@ def test_same_rows_and_batches_as_spark_streaming_query(spark, topics):
 
 
 def test_latest_starts_at_the_end_and_is_sparks_streaming_default(spark, topics):
-    """Spark's streaming default is `latest`; ours is `earliest` (README: an intended difference)."""
+    """Spark's streaming default is `latest`; ours is `earliest` (docs/library.md: an intended difference)."""
     mine = ours(spark, topics, startingOffsets="latest")
     spark_latest = theirs_stream(spark, topics, startingOffsets="latest")
     spark_default = theirs_stream(spark, topics)
@@ -291,7 +291,7 @@ def test_starting_offsets_json(spark, topics):
 
 
 def test_starting_offsets_json_naming_some_partitions(spark, topics):
-    """Intended difference (README): Spark fails the query unless the JSON names every partition;
+    """Intended difference (docs/library.md): Spark fails the query unless the JSON names every partition;
     ours starts the partitions it leaves out from earliest, as partitions discovered later."""
     named = {(topics.a, 0): 5, (topics.b, 1): -1}
     starting = topics.offsets_json(named)
@@ -335,7 +335,7 @@ def test_starting_offset_beyond_the_end_with_fail_on_data_loss(spark, topics):
 
 
 def test_starting_offset_beyond_the_end_without_fail_on_data_loss(spark, topics):
-    """Intended difference (README): Spark continues the partition from its end, skipping what it
+    """Intended difference (docs/library.md): Spark continues the partition from its end, skipping what it
     holds; ours restarts it from earliest (as after its topic was recreated), losing nothing."""
     options = {"startingOffsets": _beyond_the_end(topics), "failOnDataLoss": "false"}
     spark_run = theirs_stream(spark, topics, **options)

@@ -22,8 +22,10 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from synclib.delta import checkpoint, spark_maintenance
+from synclib import spark_checkpoint
+from synclib.delta import spark_maintenance
 from synclib.delta.maintenance import run_pass
+from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
@@ -119,7 +121,7 @@ def test_a_date_partitioned_table_is_read_by_the_other_engine_and_duckdb(
 
     assert_rows(stream, {0: range(4), 1: range(3)})
     assert duckdb_rows(stream.table) == pairs({0: range(4), 1: range(3)})
-    by_rs = DeltaTable(stream.table).to_pyarrow_table(columns=["offset", "partition", "date"]).to_pylist()
+    by_rs = read_arrow(stream.table, columns=["offset", "partition", "date"]).to_pylist()
     by_spark = [r.asDict() for r in spark.read.format("delta").load(stream.table)
                 .select("offset", "partition", "date").collect()]
     key = lambda r: (r["partition"], r["offset"])  # noqa: E731
@@ -143,7 +145,7 @@ def test_the_forwarder_switches_engines_on_an_existing_table_exactly_once(
     stream.offer({0: 5, 1: 2})
     stream.run(engine=first)
 
-    app_id = checkpoint.APP_ID_PREFIX + str(checkpoint.query_id(stream.checkpoint))
+    app_id = spark_checkpoint.APP_ID_PREFIX + str(spark_checkpoint.query_id(stream.checkpoint))
     table = DeltaTable(stream.table)
     assert table.version() == 2 and table.transaction_version(app_id) == 2
     assert [json.loads(h.get("userMetadata", "{}")).get("synclib.batchId", h.get("synclib.batchId"))

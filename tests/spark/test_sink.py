@@ -33,8 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from synclib.delta import checkpoint
-from synclib.delta.table import TableSummary, read_table_offsets, synclib_metadata, table_summary
+from synclib import spark_checkpoint
+from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
     DeltaStreamWriter,
@@ -156,7 +156,7 @@ class Stream:
 
     def rows(self) -> DataFrame:
         """The table's source columns as delta-rs reads them."""
-        data = DeltaTable(self.table).to_pyarrow_table()
+        data = read_arrow(self.table)
         return self.spark.createDataFrame(data.select(KAFKA_SCHEMA.fieldNames()).cast(
             arrow_schema(KAFKA_SCHEMA)))
 
@@ -231,7 +231,7 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     stream.run()  # a restart from the same checkpoint: batch 1
 
     assert_rows(stream, {0: range(5), 1: range(4)})
-    app_id = "synclib-" + checkpoint.query_id(stream.checkpoint)
+    app_id = "synclib-" + spark_checkpoint.query_id(stream.checkpoint)
     log = stream.commit_log(1)
     assert transactions(log) == [(app_id, 1)]
     info = commit_info(log)
@@ -296,7 +296,7 @@ def test_a_new_checkpoint_resumes_from_the_offsets_in_the_table(
     summary = table_summary(stream.table)
     assert summary is not None
     assert (summary.version, summary.batch_id, summary.rows) == (1, 0, 7)
-    assert summary.app_id == "synclib-" + checkpoint.query_id(str(tmp_path / "new-checkpoint"))
+    assert summary.app_id == "synclib-" + spark_checkpoint.query_id(str(tmp_path / "new-checkpoint"))
     assert summary.offsets == {(TOPIC, 0): 4, (TOPIC, 1): 3}
 
 
@@ -318,7 +318,7 @@ def test_partition_by_date_uses_the_utc_date_in_any_session_time_zone(stream: St
                                     f"date={a['partitionValues']['date']}/part-") for a in adds), adds
     table = DeltaTable(stream.table)
     assert table.metadata().partition_columns == ["partition", "date"]
-    dates = table.to_pyarrow_table(columns=["offset", "partition", "date"]).sort_by(
+    dates = read_arrow(stream.table, columns=["offset", "partition", "date"]).sort_by(
         [("partition", "ascending"), ("offset", "ascending")])
     assert [d.isoformat() for d in dates["date"].to_pylist()] == [
         "2024-01-01", "2024-01-01", "2024-01-02", "2024-01-01"]
@@ -359,7 +359,7 @@ def test_partition_values_with_any_characters_round_trip(tmp_path: Path) -> None
 
     writer.commit([writer.write(iter([batch]))], 0)
 
-    data = DeltaTable(table).to_pyarrow_table().sort_by("n")
+    data = read_arrow(table).sort_by("n")
     assert data.to_pydict() == {"name": names, "n": [1, 2, 3]}
     assert sorted(os.listdir(table)) == [
         "_delta_log", "name=__HIVE_DEFAULT_PARTITION__", "name=a%20b%3Ac%25d%2F%C3%A9%3D",
@@ -380,16 +380,16 @@ def test_abort_deletes_the_files_its_tasks_wrote(tmp_path: Path) -> None:
 
 def test_checkpoint_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     location = fake_checkpoint(tmp_path / "checkpoint", "q3", ['{"t":{"0":1}}', "-"])
-    assert checkpoint.app_id(location) == "synclib-q3"
-    assert checkpoint.batch_offsets(location, 0) == '{"t":{"0":1}}'
-    assert checkpoint.batch_offsets(location, 1) is None
-    with pytest.raises(checkpoint.CheckpointError, match="batch 2"):
-        checkpoint.batch_offsets(location, 2)
-    assert checkpoint.query_id(str(tmp_path)) is None
-    with pytest.raises(checkpoint.CheckpointError, match="no query metadata"):
-        checkpoint.app_id(str(tmp_path))
+    assert spark_checkpoint.app_id(location) == "synclib-q3"
+    assert spark_checkpoint.batch_offsets(location, 0) == '{"t":{"0":1}}'
+    assert spark_checkpoint.batch_offsets(location, 1) is None
+    with pytest.raises(spark_checkpoint.CheckpointError, match="batch 2"):
+        spark_checkpoint.batch_offsets(location, 2)
+    assert spark_checkpoint.query_id(str(tmp_path)) is None
+    with pytest.raises(spark_checkpoint.CheckpointError, match="no query metadata"):
+        spark_checkpoint.app_id(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    assert checkpoint.app_id("checkpoint") == checkpoint.app_id(f"file://{location}")
+    assert spark_checkpoint.app_id("checkpoint") == spark_checkpoint.app_id(f"file://{location}")
     assert normalize_location("dbfs:/ckpt/a") == "/dbfs/ckpt/a"
     assert normalize_location("s3://bucket/ckpt") == "s3://bucket/ckpt"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
+from synclib.delta.table import read_arrow
 from tests.forwarder_runs import JOB, ROOT, RUN_TIMEOUT_S, table_offsets, write_config
 from tests.support import produce, publish_commit, wait_until
 
@@ -99,7 +99,7 @@ def test_the_forwarder_runs_on_spark_connect(connect_server: str, spark: SparkSe
     print(run.stdout[-2000:], run.stderr[-2000:], sep="\n")  # the Connect run's output, for the issue notes
     table = str(tmp_path / "fwd" / "table")
     assert table_offsets(table) == {(events, p): offset for p, offset in committed.items()}
-    data = DeltaTable(table).to_pyarrow_table(columns=ROWS.fieldNames())
+    data = read_arrow(table, columns=ROWS.fieldNames())
     expected = [(f"{p}:{o}".encode(), f"event {p}:{o}".encode(), p, o)
                 for p, end in committed.items() for o in range(end)]
     assert_df_equality(spark.createDataFrame(data.to_pylist(), ROWS), spark.createDataFrame(expected, ROWS),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from synclib.app.batch_source import MicroBatchSourceRows
-from synclib.delta.checkpoint import CheckpointError
+from synclib.spark_checkpoint import CheckpointError
 
 OPTIONS = {"kafka.bootstrap.servers": "k:9092", "subscribe": "events", "commitLogTopic": "log",
            "synchronizeCommitGroups": "snuba"}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from synclib.app.job import config_sections
 from synclib.settings import (
     ConfigError,
     EmbeddedConfig,
@@ -368,6 +369,15 @@ def test_bad_config_names_file_and_key(tmp_path, updates, key, fragment):
     assert SECRET not in message
 
 
+def test_every_invalid_setting_is_reported_at_once(tmp_path):
+    path = write(tmp_path, build({"source.commit_groups": [], "source.max_offsets_per_trigger": -5,
+                                  "sink.engine": "delta-foo"}))
+    message = load_error(path)
+    assert message == (f"{path}: source.commit_groups: expected a non-empty list of group ids (without commas), "
+                       "got []; source.max_offsets_per_trigger: expected a positive integer, got -5; "
+                       "sink.engine: expected one of 'auto', 'delta-rs', 'delta-spark', got 'delta-foo'")
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -419,8 +429,19 @@ def test_secrets_never_appear_in_repr(tmp_path):
         "kafka.security.ssl_password": SECRET + "-key",
     })))
     assert config.kafka.security.ssl_password == SECRET + "-key"
-    for text in (repr(config), repr(config.kafka), repr(config.kafka.security), str(config.redacted())):
+    for text in (repr(config), repr(config.kafka), repr(config.kafka.security), str(config.redacted()),
+                 *(line for _, line in config_sections(config))):
         assert SECRET not in text
+
+
+def test_the_effective_configuration_is_a_line_per_section(tmp_path):
+    config = load_config(write(tmp_path, build({**SASL, "source.max_offsets_per_trigger": 500})))
+    sections = dict(config_sections(config))
+
+    assert list(sections) == ["kafka", "source", "sink", "checkpoint", "trigger", "logging", "monitoring"]
+    assert 'security.password="***"' in sections["kafka"] and 'security.protocol="SASL_SSL"' in sections["kafka"]
+    assert "max_offsets_per_trigger=500" in sections["source"]
+    assert "null" not in " ".join(sections.values())
 
 
 def test_config_module_does_not_import_spark():

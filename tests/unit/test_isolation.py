@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from synclib.delta.isolation import Key, OffsetRange, TooManyFailures, describe, isolate, ranges_of
+from synclib.delta.isolation import Key, TooManyFailures, describe, isolate, ranges_of
+from synclib.offsets import OffsetRange
 from synclib.settings import ConfigError, load_config
 
 

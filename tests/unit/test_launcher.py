@@ -88,3 +88,14 @@ def test_a_spark_submit_option_without_its_value_is_refused(tmp_path: Path) -> N
 
     assert (result.returncode, received) == (1, [])
     assert "spark-submit.sh: option --master needs a value" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_is_the_forwarders_own_without_spark(tmp_path: Path, flag: str) -> None:
+    result, to_spark = launch(tmp_path, "--master", "local[2]", flag)
+
+    assert result.returncode == 0, result.stderr
+    assert to_spark == []
+    assert result.stdout.startswith("synclib entry point.\n")
+    assert "usage: forwarder.py" in result.stdout and "--available-now" in result.stdout
+

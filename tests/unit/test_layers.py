@@ -34,9 +34,12 @@ SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
     "synclib.source.datasource", "synclib.delta.writer",
+    "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
+    "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
     "synclib.app.batch_source",  # a micro-batch's source rows again, for the dead-letter sink
+    "synclib.app.dead_letter_commands",  # listing and replaying dead letters (a Spark job)
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from synclib.kafka.reader import OffsetRange, plan_tasks
+from synclib.kafka.reader import plan_tasks
+from synclib.offsets import OffsetRange
 
 
 def covered(tasks: list) -> dict[tuple[str, int], list[tuple[int, int]]]:

@@ -21,7 +21,7 @@ SPARK_OPTIONS = {
     "commitLogTopic": "commit-log",
     "synchronizeCommitGroups": "leader",
 }
-# Every reader option of synchronized_kafka (README, DESIGN.md), besides kafka.*.
+# Every reader option of synchronized_kafka (docs/configuration.md), besides kafka.*.
 OPTION_NAMES = {
     "subscribe", "subscribePattern", "assign", "commitLogTopic", "synchronizeCommitGroups", "consumerGroup",
     "startingOffsets", "initialOffsetReset", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",

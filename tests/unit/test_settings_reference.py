@@ -1,4 +1,5 @@
-"""The README's configuration reference is rendered from the settings model (synclib/settings/reference.py)."""
+"""The configuration reference (docs/configuration.md) is rendered from the settings model
+(synclib/settings/reference.py)."""
 
 import re
 from pathlib import Path
@@ -7,14 +8,15 @@ import pytest
 
 from synclib.settings import reference
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
-def test_the_readme_tables_are_the_models() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_documented_tables_are_the_models() -> None:
+    text = PAGE.read_text(encoding="utf-8")
 
     assert reference.update(text) == text, (
-        f"README.md's settings tables differ from the settings model: run `{reference.COMMAND}` (with synclib's venv)")
+        f"docs/configuration.md's settings tables differ from the settings model: run `{reference.COMMAND}` "
+        "(with synclib's venv)")
 
 
 def test_every_setting_has_a_row_with_its_type_default_and_spark_option(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,4 +38,4 @@ def test_every_setting_has_a_row_with_its_type_default_and_spark_option(capsys: 
 
 def test_a_text_without_the_markers_is_refused() -> None:
     with pytest.raises(ValueError, match=re.escape(f"no '<!-- generated configuration table: {reference.COMMAND}")):
-        reference.update("# a README without the tables\n")
+        reference.update("# a page without the tables\n")

@@ -1,4 +1,5 @@
-"""Read what a Spark streaming checkpoint says about its query and micro-batches.
+"""Spark's streaming checkpoint: what it says about its query and micro-batches, and the files
+synclib keeps inside it.
 
 The sink needs two facts Spark keeps in `checkpointLocation`:
 
@@ -9,6 +10,10 @@ The sink needs two facts Spark keeps in `checkpointLocation`:
   the batch metadata, then one line per source with that source's end offsets JSON
   (`-` when a source has none).
 
+synclib keeps its own files under `<checkpointLocation>/synclib/` (`synclib_file`), so that a new
+checkpoint starts without them: the source's first start offsets (`INITIAL_OFFSETS`) and the
+running embedded broker's address (`EMBEDDED_BROKER`).
+
 Locations are read as `synclib.locations` says (local paths, object stores, Databricks' FUSE).
 """
 
@@ -16,13 +21,20 @@ from __future__ import annotations
 
 import json
 
-from synclib.locations import read_text
+from synclib.locations import normalize_location, read_text
 
 APP_ID_PREFIX = "synclib-"
+INITIAL_OFFSETS = "initial-offsets.json"
+EMBEDDED_BROKER = "embedded-broker.json"
 
 
 class CheckpointError(RuntimeError):
     """The checkpoint lacks a file the sink needs (it is not a Spark streaming checkpoint)."""
+
+
+def synclib_file(location: str, name: str) -> str:
+    """The location of synclib's file `name` inside the checkpoint at `location`."""
+    return f"{normalize_location(location).rstrip('/')}/synclib/{name}"
 
 
 def _read_text(location: str, name: str) -> str | None:

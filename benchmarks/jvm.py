@@ -17,7 +17,7 @@ DELTA_SESSION_CONF = {
 
 def jvm_dir() -> Path:
     """$SYNCLIB_JVM_DIR, else `.jvm` in the repository."""
-    return Path(os.environ.get(JVM_DIR_ENV) or Path(__file__).resolve().parents[2] / ".jvm")
+    return Path(os.environ.get(JVM_DIR_ENV) or Path(__file__).resolve().parents[1] / ".jvm")
 
 
 def jars(conf: str) -> list[str]:
