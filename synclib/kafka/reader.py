@@ -48,7 +48,7 @@ class KafkaDataLossError(RuntimeError):
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: offset ranges, read one after the other."""
+    """One Spark task: offset ranges, the ranges of different partitions read together."""
 
     def __init__(self, ranges: Sequence[OffsetRange]) -> None:
         super().__init__(tuple(ranges))
