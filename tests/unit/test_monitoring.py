@@ -98,6 +98,11 @@ def test_partition_and_leader_series_follow_the_status() -> None:
               if name == "synclib_partition_state" and labels[0] == ("partition", "0")}
     assert states == {"UNKNOWN": 0, "LOCAL_BEHIND": 1, "REMOTE_BEHIND": 0, "SYNCHRONIZED": 0}
     assert (got[("synclib_partition_stale", p0)], got[("synclib_partition_stale", p1)]) == (0, 1)
+    assert {labels: value for (name, labels), value in got.items() if name == "synclib_partitions"} == {
+        (("state", "UNKNOWN"),): 1, (("state", "LOCAL_BEHIND"),): 1, (("state", "REMOTE_BEHIND"),): 0,
+        (("state", "SYNCHRONIZED"),): 0}
+    assert got[("synclib_partitions_stale", ())] == 1
+    assert (got[("synclib_held_back_offsets", ())], got[("synclib_lag_offsets", ())]) == (12, 15)
     assert got[("synclib_leader_commit_age_seconds", (("group", "snuba"),))] == pytest.approx(7.5)
     assert got[("synclib_commit_log_skipped_total", ())] == 2
 
