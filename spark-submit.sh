@@ -75,8 +75,9 @@ cd "$ROOT"
 
 case "${1:-}" in
   test)
-    # Delta and Spark's Kafka source for the Spark session; Apache Kafka 4.x and 3.9 as test brokers.
-    prepare_jvm delta spark-kafka kafka kafka-3.9 || die "the tests need the JVM artifacts of jvm/ivy.xml"
+    # Delta, S3A and Spark's Kafka source for the Spark session; Apache Kafka 4.x and 3.9 as test
+    # brokers; S3Proxy as the tests' S3 server.
+    prepare_jvm delta spark-kafka s3a kafka kafka-3.9 s3proxy || die "the tests need the JVM artifacts of jvm/ivy.xml"
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
   status|maintain)
     exec "$VENV/bin/python" -m synclib "$@" ;;
@@ -129,9 +130,10 @@ job="${job:-$ROOT/jobs/forwarder.py}"  # its --config defaults to conf/local.yam
 
 # Defaults first: spark-submit options given by the user come later and win.
 defaults=(--conf spark.log.level=WARN)
-# Delta's writer (sink.engine auto then picks delta-spark) and Spark's Kafka source, when fetched.
-if prepare_jvm delta spark-kafka; then
-  jars="$(ls "$SYNCLIB_JVM_DIR"/delta/*.jar "$SYNCLIB_JVM_DIR"/spark-kafka/*.jar | paste -sd, -)${jars:+,$jars}"
+# Delta's writer (sink.engine auto then picks delta-spark), S3A (s3:// and s3a:// locations) and
+# Spark's Kafka source, when fetched.
+if prepare_jvm delta spark-kafka s3a; then
+  jars="$(printf "%s\n" "$SYNCLIB_JVM_DIR"/delta/*.jar "$SYNCLIB_JVM_DIR"/spark-kafka/*.jar "$SYNCLIB_JVM_DIR"/s3a/*.jar | paste -sd, -)${jars:+,$jars}"
   defaults+=(--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
              --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
 else

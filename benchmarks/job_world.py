@@ -23,6 +23,7 @@ from benchmarks.procmem import stat_fields
 from synclib.embedded.broker import EmbeddedBroker, tied_to_this_process
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer, simulate
+from synclib.settings.storage import is_s3
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)  # the venv's: synclib and pyspark are installed there
@@ -81,21 +82,26 @@ def wait_for(condition: Callable[[], T], timeout_s: float = 30.0, what: str = "c
         time.sleep(interval_s)
 
 
-def delta_spark_options(config: Path) -> list[str]:
-    """spark-submit options that put Delta's jars and session extension on the job's classpath
-    when `config` asks for `sink.engine: delta-spark` (as ./spark-submit.sh always does); none
-    otherwise, so `auto` resolves to delta-rs as on a bare spark-submit."""
+def classpath_options(config: Path) -> list[str]:
+    """spark-submit options for the jars `config` needs beyond PySpark's, as ./spark-submit.sh
+    always gives them: Delta's jars and session extension for `sink.engine: delta-spark` (none
+    otherwise, so `auto` resolves to delta-rs as on a bare spark-submit), S3A's for an `s3://` or
+    `s3a://` table or checkpoint."""
     try:
         loaded = yaml.safe_load(config.read_text())
     except (OSError, yaml.YAMLError):  # the tests of missing and invalid configs
         return []
-    sink = loaded.get("sink") if isinstance(loaded, dict) else None
-    if not isinstance(sink, dict) or sink.get("engine") != "delta-spark":
+    if not isinstance(loaded, dict):
         return []
-    options = ["--jars", ",".join(jvm.jars(jvm.DELTA))]
-    for key, value in jvm.DELTA_SESSION_CONF.items():
-        options += ["--conf", f"{key}={value}"]
-    return options
+    sink, checkpoint = (loaded.get(key) if isinstance(loaded.get(key), dict) else {} for key in ("sink", "checkpoint"))
+    jars, options = [], []
+    if sink.get("engine") == "delta-spark":
+        jars += jvm.jars(jvm.DELTA)
+        for key, value in jvm.DELTA_SESSION_CONF.items():
+            options += ["--conf", f"{key}={value}"]
+    if any(is_s3(str(location)) for location in (sink.get("path"), checkpoint.get("location"))):
+        jars += jvm.jars(jvm.S3A)
+    return (["--jars", ",".join(jars)] if jars else []) + options
 
 
 class JobRun:
@@ -110,7 +116,7 @@ class JobRun:
         command = [str(SPARK_SUBMIT), "--master", "local[2]"]
         for conf in (*SPARK_CONF, f"spark.local.dir={scratch}"):
             command += ["--conf", conf]
-        command += [*delta_spark_options(config), str(FORWARDER), "--config", str(config), *args]
+        command += [*classpath_options(config), str(FORWARDER), "--config", str(config), *args]
         environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
                        "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:

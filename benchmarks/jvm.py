@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 JVM_DIR_ENV = "SYNCLIB_JVM_DIR"  # spark-submit.sh exports it
-DELTA, SPARK_KAFKA = "delta", "spark-kafka"  # on the Spark classpath
+DELTA, SPARK_KAFKA, S3A = "delta", "spark-kafka", "s3a"  # on the Spark classpath
 # Delta's SQL commands (OPTIMIZE, VACUUM, DESCRIBE HISTORY) need its session extension and catalog.
 DELTA_SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

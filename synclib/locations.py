@@ -1,5 +1,6 @@
 """Files at a location Spark and pyarrow both understand: local paths, `file:` URIs and the object
-stores pyarrow supports (credentials from the environment). On Databricks, `dbfs:/x` is read
+stores pyarrow supports (credentials from the environment: for `s3://` and `s3a://`, the `AWS_*`
+variables the job sets from `storage.s3`, as delta-rs reads them). On Databricks, `dbfs:/x` is read
 through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths."""
 
 from __future__ import annotations
@@ -7,12 +8,17 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from pyarrow import fs
 
 
 def normalize_location(location: str) -> str:
-    """`location` as Spark and pyarrow both read it: local paths made absolute, `dbfs:/` via FUSE."""
+    """`location` as Spark, pyarrow and delta-rs all read it: local paths made absolute, `dbfs:/` via
+    FUSE, `s3a://` as `s3://` (pyarrow knows only the latter; the job maps both to Hadoop's S3A)."""
+    if location[:6].lower() == "s3a://":
+        return "s3://" + location[6:]
     if location.startswith("dbfs:/"):
         return "/dbfs/" + location[len("dbfs:/"):].lstrip("/")
     if ":" not in location.split("/", 1)[0]:
@@ -20,11 +26,21 @@ def normalize_location(location: str) -> str:
     return location
 
 
+def filesystem(location: str) -> tuple[fs.FileSystem, str]:
+    """pyarrow's filesystem for `location` and the path in it: for `s3://` and `s3a://` the S3
+    filesystem of the process's `AWS_*` variables (`s3_filesystem`), else pyarrow's own choice."""
+    uri = normalize_location(location)
+    if uri.startswith("s3://"):
+        return s3_filesystem(os.environ), uri[len("s3://"):].rstrip("/")
+    files, path = fs.FileSystem.from_uri(uri)
+    return files, str(path)
+
+
 def read_text(location: str) -> str | None:
     """The UTF-8 text of the file at `location`, None when there is none."""
-    filesystem, path = fs.FileSystem.from_uri(normalize_location(location))
+    files, path = filesystem(location)
     try:
-        with filesystem.open_input_stream(path) as stream:
+        with files.open_input_stream(path) as stream:
             return bytes(stream.read()).decode("utf-8")
     except FileNotFoundError:
         return None
@@ -34,15 +50,42 @@ def write_text(location: str, text: str) -> None:
     """Write `text` to the file at `location` whole: a temporary file of its own beside it, then
     moved over it (a reader sees the old file or the new one, never half of one, where a move is
     a rename)."""
-    filesystem, path = fs.FileSystem.from_uri(normalize_location(location))
+    files, path = filesystem(location)
     directory, name = path.rsplit("/", 1)
-    filesystem.create_dir(directory, recursive=True)
+    files.create_dir(directory, recursive=True)
     temporary = f"{directory}/.{name}-{uuid.uuid4().hex}.tmp"
     try:
-        with filesystem.open_output_stream(temporary) as stream:
+        with files.open_output_stream(temporary) as stream:
             stream.write(text.encode("utf-8"))
-        filesystem.move(temporary, path)
+        files.move(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            filesystem.delete_file(temporary)
+            files.delete_file(temporary)
         raise
+
+
+_SDK_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
+
+
+def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) -> fs.S3FileSystem:
+    """pyarrow's S3 filesystem for the standard `AWS_*` variables in `variables` (endpoint, region,
+    credentials, `AWS_ALLOW_HTTP`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`), as delta-rs reads them;
+    `timeout_s` bounds each request and turns retries off (a check, not a job)."""
+    endpoint = variables.get("AWS_ENDPOINT_URL")
+    options: dict[str, Any] = {
+        "region": variables.get("AWS_REGION", "us-east-1"),
+        "access_key": variables.get("AWS_ACCESS_KEY_ID"),
+        "secret_key": variables.get("AWS_SECRET_ACCESS_KEY"),
+        "session_token": variables.get("AWS_SESSION_TOKEN"),
+        "force_virtual_addressing": bool(endpoint) and variables.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true",
+    }
+    if endpoint:
+        scheme, _, address = endpoint.partition("://")
+        options.update(endpoint_override=address, scheme=scheme)
+    for name in _SDK_VARIABLES:  # the AWS SDK reads these from the process environment only
+        if name in variables:
+            os.environ[name] = variables[name]
+    if timeout_s is not None:
+        options.update(connect_timeout=timeout_s, request_timeout=timeout_s,
+                       retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
+    return fs.S3FileSystem(**{key: value for key, value in options.items() if value is not None})

@@ -25,6 +25,7 @@ from benchmarks import apache_kafka, jvm
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
 from tests import librdkafka, mock_cluster
+from tests.object_store import S3Server
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 TANSU = "tansu"
@@ -130,7 +131,7 @@ def new_topic(admin: TopicAdmin) -> Iterator[Callable[..., str]]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One local-mode SparkSession for the whole test session, with the source registered,
-    Delta's writer and reader (delta-spark) and Spark's own Kafka source on the classpath."""
+    Delta's writer and reader (delta-spark), S3A and Spark's own Kafka source on the classpath."""
     from pyspark.sql import SparkSession
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
@@ -139,7 +140,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         builder = builder.config(key, value)
     session = (
         builder.master("local[2]")
-        .config("spark.jars", ",".join(jvm.jars(jvm.DELTA) + jvm.jars(jvm.SPARK_KAFKA)))
+        .config("spark.jars", ",".join(jvm.jars(jvm.DELTA) + jvm.jars(jvm.SPARK_KAFKA) + jvm.jars(jvm.S3A)))
         .appName("synclib-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -152,3 +153,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """S3Proxy on a free loopback port for the whole session (tests/object_store.py)."""
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server

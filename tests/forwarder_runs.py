@@ -14,7 +14,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from benchmarks.job_world import delta_spark_options
+from benchmarks.job_world import classpath_options
 from synclib.delta.table import read_table_offsets
 from synclib.embedded.broker import tied_to_this_process
 from synclib.kafka.admin import group_offsets
@@ -32,11 +32,11 @@ def _env() -> dict[str, str]:
 
 def forwarder_command(config: Path, *args: str) -> list[str]:
     """spark-submit of the job in local mode, one core (the machines running tests are small),
-    with Delta's jars for a delta-spark config, ended with the test process."""
+    with Delta's jars for a delta-spark config and S3A's for an S3 location, ended with the test process."""
     return tied_to_this_process([
         str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
-        *delta_spark_options(config), str(JOB), "--config", str(config), *args])
+        *classpath_options(config), str(JOB), "--config", str(config), *args])
 
 
 def run_forwarder(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

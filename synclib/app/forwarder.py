@@ -23,6 +23,7 @@ from synclib.app.progress import ProgressReporter, dead_letters_note, format_sum
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.signals import StopRequest
 from synclib.app.status import advertise_embedded_broker
+from synclib.app.storage import s3_locations
 from synclib.compat.pyspark import failed_batch_offsets, is_connect, jvm
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
@@ -31,6 +32,7 @@ from synclib.delta.writer import resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
+from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.status import PlannerStatus
@@ -57,6 +59,8 @@ class Forwarder:
 
     def run(self) -> int:
         spark = self._session()
+        if s3_locations(self.config):
+            use_storage(spark, self.config.storage.s3)
         stop = StopRequest()
         stop.install(spark)
         with ExitStack() as resources:
@@ -215,6 +219,19 @@ class Forwarder:
         print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
                              self.config.logging.partition_table_rows), flush=True)
         return EXIT_OK
+
+
+def use_storage(spark: SparkSession, s3: S3Config) -> None:
+    """`storage.s3` for the session, before its query starts: `AWS_*` variables for the driver's
+    Python (delta-rs, pyarrow) and the Python workers (the session's executor environment, which
+    Python functions and data sources registered afterwards take to the executors), `fs.s3a.*`
+    for the JVM (the session's configuration, which Spark's Hadoop configuration takes up)."""
+    variables = s3.environment()
+    os.environ.update(variables)
+    if not is_connect(spark):
+        spark.sparkContext.environment.update(variables)
+    for key, value in s3.hadoop_options().items():
+        spark.conf.set(key, value)
 
 
 def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:

@@ -3,7 +3,8 @@
 Run as `spark-submit jobs/forwarder.py --config FILE [--set key=value ...] [--available-now]`.
 Exit codes: 0 done, or stopped by SIGTERM/SIGINT after the batch in flight; 1 the query
 failed; 2 invalid configuration (checked before Spark starts); 3 Kafka cannot be reached or
-used with these settings, or a topic is missing (checked before Spark starts); 130 a second signal stopped
+used with these settings, or a topic is missing (checked before Spark starts); 4 an `s3://` location
+cannot be listed with the `storage` settings (checked before Spark starts); 130 a second signal stopped
 the job at once (the interrupted batch is replayed, exactly once, on restart).
 """
 
@@ -18,7 +19,14 @@ from typing import Any
 
 from synclib.app.command_line import config_parser, exit_on_config_error
 from synclib.app.embedded_locations import start_embedded_afresh
-from synclib.app.preflight import EXIT_KAFKA, KafkaUnavailable, check_job_kafka
+from synclib.app.preflight import (
+    EXIT_KAFKA,
+    EXIT_STORAGE,
+    KafkaUnavailable,
+    StorageUnavailable,
+    check_job_kafka,
+    check_storage,
+)
 from synclib.app.transform import load_transform
 from synclib.settings import ForwarderConfig, load_config
 
@@ -86,6 +94,11 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
         except KafkaUnavailable as exc:
             print(f"forwarder: {exc}", file=sys.stderr, flush=True)
             return EXIT_KAFKA
+    try:
+        check_storage(config)
+    except StorageUnavailable as exc:
+        print(f"forwarder: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
     # Here, not at the top: pyspark, deltalake and the sink load only once the configuration is valid.
     from synclib.app.forwarder import Forwarder
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyarrow import fs
 
-from synclib.locations import normalize_location
+from synclib.locations import filesystem, normalize_location
 from synclib.offsets import PartitionOffsets, parse_offsets_json
 
 META_APP_ID = "synclib.appId"
@@ -44,15 +44,16 @@ def open_table(path: str) -> DeltaTable | None:
 def read_arrow(path: str, columns: list[str] | None = None) -> pa.Table | None:
     """The rows of the Delta table at `path` (only `columns`, when given) as one Arrow table; None
     when there is no table. The one way synclib reads a table's data: the Parquet files are read
-    through pyarrow's own filesystem for the location. deltalake's default reads them through a
+    through pyarrow's own filesystem for the location (`synclib.locations.filesystem`: on S3, the
+    `storage.s3` settings' S3 filesystem). deltalake's default reads them through a
     filesystem written in Python, which pyarrow's I/O threads may still call while the
     interpreter exits: the process then aborts (SIGABRT, `terminate called without an active
     exception`; deltalake 1.6 with pyarrow 26, delta-io/delta-rs#2184)."""
     table = open_table(path)
     if table is None:
         return None
-    filesystem, root = fs.FileSystem.from_uri(normalize_location(path))
-    return table.to_pyarrow_table(columns=columns, filesystem=fs.SubTreeFileSystem(root, filesystem))
+    files, root = filesystem(path)
+    return table.to_pyarrow_table(columns=columns, filesystem=fs.SubTreeFileSystem(root, files))
 
 
 def current_table(path: str) -> DeltaTable | None:
@@ -69,12 +70,12 @@ def current_table(path: str) -> DeltaTable | None:
     table = None
     if cached is not None:
         table, updated = cached
-        filesystem, root = fs.FileSystem.from_uri(uri)
+        files, root = filesystem(uri)
         log = f"{root}/_delta_log"
-        if filesystem.get_file_info(f"{log}/{table.version():020d}.json").type == fs.FileType.NotFound:
+        if files.get_file_info(f"{log}/{table.version():020d}.json").type == fs.FileType.NotFound:
             table = None
         elif (time.monotonic() - updated > _TRUST_NEXT_VERSION_S
-              or filesystem.get_file_info(f"{log}/{table.version() + 1:020d}.json").type != fs.FileType.NotFound):
+              or files.get_file_info(f"{log}/{table.version() + 1:020d}.json").type != fs.FileType.NotFound):
             table.update_incremental()
     if table is None:
         table = open_table(path)

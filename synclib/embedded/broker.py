@@ -67,6 +67,16 @@ def tied_to_this_process(command: Sequence[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *command]
 
 
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM `process` and wait for it; SIGKILL it if it is still there after `timeout_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class EmbeddedBroker:
     """Start/stop a Tansu broker process. Use as a context manager or call start()/stop()."""
 
@@ -109,12 +119,7 @@ class EmbeddedBroker:
     def stop(self, timeout_s: float = 10.0) -> None:
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        terminate(self._process, timeout_s)
         self._process = None
 
     def __enter__(self) -> EmbeddedBroker:

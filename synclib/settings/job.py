@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from synclib.settings.kafka import BOOTSTRAP_OPTION, KafkaConfig
 from synclib.settings.model import KEEP_NULL, Section, SettingError
 from synclib.settings.source import SourceConfig
+from synclib.settings.storage import StorageConfig
 from synclib.settings.values import (
     EMBEDDED,
     Boolean,
@@ -166,6 +167,7 @@ class ForwarderConfig(Section):
     source: SourceConfig
     sink: SinkConfig
     checkpoint: CheckpointConfig
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     transform: TransformSpec | None = None
     """A function applied to the DataFrame of each micro-batch."""

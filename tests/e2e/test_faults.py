@@ -40,6 +40,7 @@ from synclib.delta.table import read_arrow
 from synclib.delta.writer import start_delta_stream
 from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
+from tests.object_store import SECRET_ACCESS_KEY, S3Server
 from tests.spark.test_source import World, offsets
 from tests.support import produce, publish_commit, publish_raw, wait_until
 
@@ -88,20 +89,29 @@ def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(world: Ka
 
 
 @pytest.mark.slow
-def test_lost_checkpoint_resumes_from_the_offsets_in_delta(world: KafkaWorld, tmp_path: Path) -> None:
-    config = world.config(tmp_path)
+def test_lost_checkpoint_resumes_from_the_offsets_in_delta(world: KafkaWorld, s3_server: S3Server,
+                                                           tmp_path: Path) -> None:
+    """On S3 (S3Proxy): the table at s3://, Spark's checkpoint at s3a://, maintenance on; the files
+    are checked in the server's backing directory."""
+    bucket = s3_server.bucket()
+    stored = s3_server.directory / "data" / bucket
+    config = world.config(tmp_path, sink={"path": f"s3://{bucket}/table"},
+                          checkpoint={"location": f"s3a://{bucket}/checkpoint"},
+                          storage={"s3": s3_server.storage_settings()})
     wait_until(lambda: sum(world.committed().values()) >= 200, 60, "the leader to commit some events")
     finished(run_job(tmp_path, config, "first", ("--available-now",)), 0)
-    first = verdict(world, tmp_path, world.committed())
+    first = verdict(world, stored, world.committed())
     assert first.rows and first.ok, first
+    assert (stored / "checkpoint" / "commits" / "0").exists()
 
-    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.rmtree(stored / "checkpoint")
     committed = world.finish_producing()
     output = finished(run_job(tmp_path, config, "second", ("--available-now",)), 0)
 
     assert "resuming from the table's offsets" in output
-    assert verdict(world, tmp_path, committed).holds_exactly(committed)
-    assert len({app for app, _ in delta_batches(tmp_path / "table")}) == 2  # a new query wrote on
+    assert verdict(world, stored, committed).holds_exactly(committed)
+    assert len({app for app, _ in delta_batches(stored / "table")}) == 2  # a new query wrote on
+    assert SECRET_ACCESS_KEY not in output
 
 
 # --- broker stalls ---------------------------------------------------------------------------

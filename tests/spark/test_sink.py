@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
+from synclib.app.forwarder import use_storage
 from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
@@ -46,7 +47,9 @@ from synclib.delta.writer import (
 )
 from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
+from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from tests.object_store import S3Server
 
 TOPIC = "events"
 BASE_TIME = dt.datetime(2024, 1, 1, 22, 0, tzinfo=dt.timezone.utc)
@@ -125,12 +128,17 @@ class Stream:
     """One Delta table fed by the test source through `engine`'s writer; `run` processes what
     the plan makes available."""
 
-    def __init__(self, spark: SparkSession, root: Path, engine: str = DELTA_RS) -> None:
+    def __init__(self, spark: SparkSession, root: Path, engine: str = DELTA_RS, s3: S3Server | None = None) -> None:
         self.spark = spark
         self.engine = engine
         self.plan = root / "plan.json"
-        self.table = str(root / "table")
-        self.checkpoint = str(root / "checkpoint")
+        self.table = self.table_dir = str(root / "table")
+        self.checkpoint = self.checkpoint_dir = str(root / "checkpoint")
+        if s3 is not None:  # the same files, through the server: its buckets are directories
+            bucket = s3.bucket()
+            self.table, self.checkpoint = f"s3://{bucket}/table", f"s3a://{bucket}/checkpoint"
+            self.table_dir = str(s3.directory / "data" / bucket / "table")
+            self.checkpoint_dir = str(s3.directory / "data" / bucket / "checkpoint")
         spark.dataSource.register(EventsSource)
 
     def offer(self, offsets: dict[int, int], missing: dict[int, list[int]] | None = None) -> None:
@@ -167,7 +175,7 @@ class Stream:
     def commit_log(self, version: int) -> dict[str, list[dict[str, Any]]]:
         """The actions of one `_delta_log` JSON commit file, by action type."""
         actions: dict[str, list[dict[str, Any]]] = {}
-        path = Path(self.table) / "_delta_log" / f"{version:020d}.json"
+        path = Path(self.table_dir) / "_delta_log" / f"{version:020d}.json"
         for line in path.read_text().splitlines():
             ((kind, action),) = json.loads(line).items()
             actions.setdefault(kind, []).append(action)
@@ -175,12 +183,29 @@ class Stream:
 
 
 ENGINES = (DELTA_RS, DELTA_SPARK)
+LOCAL, S3 = "local", "s3"
+
+
+@pytest.fixture(scope="session")
+def s3(s3_server: S3Server, spark: SparkSession) -> S3Server:
+    """The session's S3 server, configured for the session as the job configures `storage.s3`."""
+    use_storage(spark, S3Config(**s3_server.storage_settings()))
+    return s3_server
+
+
+@pytest.fixture
+def storage(request: pytest.FixtureRequest) -> str:
+    """Where a stream writes: local disk unless a test is parametrized over `storage`."""
+    return getattr(request, "param", LOCAL)
 
 
 @pytest.fixture(params=ENGINES)
-def stream(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) -> Stream:
+def stream(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path, storage: str) -> Stream:
     """A stream written by each engine in turn."""
-    return Stream(spark, tmp_path, request.param)
+    return Stream(spark, tmp_path, request.param, request.getfixturevalue("s3") if storage == S3 else None)
+
+
+on_local_disk_and_s3 = pytest.mark.parametrize("storage", [LOCAL, S3], indirect=True)
 
 
 def commit_info(log: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -248,19 +273,20 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
         version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
 
 
+@on_local_disk_and_s3
 def test_a_replayed_batch_is_skipped_and_its_files_removed(stream: Stream) -> None:
     stream.offer({0: 2, 1: 2})
     stream.run()
     stream.offer({0: 4, 1: 3})
     stream.run()
-    files = parquet_files(stream.table)
-    lose_spark_commit(stream.checkpoint, 1)
+    files = parquet_files(stream.table_dir)
+    lose_spark_commit(stream.checkpoint_dir, 1)
 
     stream.run()
 
-    assert os.path.exists(os.path.join(stream.checkpoint, "commits", "1"))
+    assert os.path.exists(os.path.join(stream.checkpoint_dir, "commits", "1"))
     assert DeltaTable(stream.table).version() == 1
-    assert parquet_files(stream.table) == files
+    assert parquet_files(stream.table_dir) == files
     assert_rows(stream, {0: range(4), 1: range(3)})
     stream.offer({0: 5, 1: 3})
     stream.run()
@@ -280,8 +306,9 @@ def test_a_batch_without_rows_still_records_its_offsets(stream: Stream) -> None:
     assert_rows(stream, {0: range(2)})
 
 
+@on_local_disk_and_s3
 def test_a_new_checkpoint_resumes_from_the_offsets_in_the_table(
-        stream: Stream, tmp_path: Path) -> None:
+        stream: Stream) -> None:
     assert read_table_offsets(stream.table) is None
     assert table_summary(stream.table) is None
     stream.offer({0: 3, 1: 1})
@@ -290,13 +317,14 @@ def test_a_new_checkpoint_resumes_from_the_offsets_in_the_table(
 
     starting = read_table_offsets(stream.table)
     assert starting == {(TOPIC, 0): 3, (TOPIC, 1): 1}
-    stream.run(checkpoint_location=str(tmp_path / "new-checkpoint"), starting=to_offsets_json(starting))
+    new_checkpoint = stream.checkpoint + "-new"
+    stream.run(checkpoint_location=new_checkpoint, starting=to_offsets_json(starting))
 
     assert_rows(stream, {0: range(4), 1: range(3)})
     summary = table_summary(stream.table)
     assert summary is not None
     assert (summary.version, summary.batch_id, summary.rows) == (1, 0, 7)
-    assert summary.app_id == "synclib-" + spark_checkpoint.query_id(str(tmp_path / "new-checkpoint"))
+    assert summary.app_id == "synclib-" + spark_checkpoint.query_id(new_checkpoint)
     assert summary.offsets == {(TOPIC, 0): 4, (TOPIC, 1): 3}
 
 

@@ -438,7 +438,7 @@ def test_the_effective_configuration_is_a_line_per_section(tmp_path):
     config = load_config(write(tmp_path, build({**SASL, "source.max_offsets_per_trigger": 500})))
     sections = dict(config_sections(config))
 
-    assert list(sections) == ["kafka", "source", "sink", "checkpoint", "trigger", "logging", "monitoring"]
+    assert list(sections) == ["kafka", "source", "sink", "checkpoint", "storage", "trigger", "logging", "monitoring"]
     assert 'security.password="***"' in sections["kafka"] and 'security.protocol="SASL_SSL"' in sections["kafka"]
     assert "max_offsets_per_trigger=500" in sections["source"]
     assert "null" not in " ".join(sections.values())

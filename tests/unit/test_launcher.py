@@ -33,7 +33,7 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
     executable(venv / "bin" / "python", f'exec {sys.executable} "$@"')
     executable(venv / "bin" / "spark-submit", f"printf '%s\\0' \"$@\" > {received}")
     (venv / ".synclib-installed").write_text(cksum(ROOT / "pyproject.toml"))
-    for conf in ("delta", "spark-kafka"):
+    for conf in ("delta", "spark-kafka", "s3a"):
         (jvm / conf).mkdir(parents=True)
         (jvm / conf / f"{conf}.jar").touch()
         (jvm / conf / ".fetched").write_text(cksum(ROOT / "jvm" / "ivy.xml"))
@@ -78,7 +78,8 @@ def test_a_cluster_gets_synclib_and_extra_files_and_chooses_its_own_python(tmp_p
     assert result.returncode == 0, result.stderr
     options = dict(zip(received[:-3:2], received[1:-3:2], strict=True))
     assert options["--py-files"] == f"{tmp_path / 'venv' / 'synclib.zip'},extra.zip"
-    assert options["--jars"] == f"{tmp_path}/jvm/delta/delta.jar,{tmp_path}/jvm/spark-kafka/spark-kafka.jar,/x.jar"
+    assert options["--jars"] == (f"{tmp_path}/jvm/delta/delta.jar,{tmp_path}/jvm/spark-kafka/spark-kafka.jar,"
+                                 f"{tmp_path}/jvm/s3a/s3a.jar,/x.jar")
     assert not any("spark.pyspark" in arg for arg in received)  # cluster mode, a non-local master
     assert received[-5:] == ["--archives", "env.tar.gz#env", FORWARDER, "--config", "cluster.yaml"]
 

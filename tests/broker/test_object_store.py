@@ -1,0 +1,88 @@
+"""The tests' S3 server (S3Proxy, tests/object_store.py): what it implements of what exactly once
+needs, and the job's check of its S3 locations before Spark starts (synclib.app.storage).
+
+What S3Proxy 2.6.0 (filesystem backend) does, established here: listing from an offset
+(start-after, as delta-rs lists the log from a version) and multipart uploads (pyarrow's writes) work;
+a conditional PUT (`If-None-Match: *`) is accepted and NOT enforced: a second create of the
+same Delta log entry overwrites the first. docs/operations/object-storage.md says what follows.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from synclib.app.storage import StorageUnavailable, check_storage
+from synclib.embedded.broker import free_port
+from synclib.locations import s3_filesystem
+from synclib.settings import ForwarderConfig
+from synclib.settings.storage import S3Config
+from tests.object_store import S3Server
+
+
+def job_config(s3: dict[str, object], bucket: str) -> ForwarderConfig:
+    return ForwarderConfig.model_validate({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9092"},
+        "source": {"subscribe": "events", "commit_log_topic": "commit-log", "commit_groups": ["leader"]},
+        "sink": {"path": f"s3://{bucket}/events"},
+        "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
+        "storage": {"s3": s3},
+    })
+
+
+def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> None:
+    filesystem = s3_filesystem(S3Config(**s3_server.storage_settings()).environment({}))
+    bucket = s3_server.bucket()
+    for name in ("00.json", "01.json", "02.json", "03.json"):
+        with filesystem.open_output_stream(f"{bucket}/log/{name}") as out:
+            out.write(name.encode())
+    big = b"x" * (6 << 20)  # above pyarrow's 5 MiB part size: a multipart upload of two parts
+    with filesystem.open_output_stream(f"{bucket}/big") as out:
+        out.write(big)
+
+    assert filesystem.get_file_info(f"{bucket}/big").size == len(big)
+    uploads = s3_server.requests()
+    assert uploads["POST"] >= 2  # CreateMultipartUpload and CompleteMultipartUpload
+    table = f"s3://{bucket}/table"
+    storage = S3Config(**s3_server.storage_settings()).environment({})
+    for rows in ([1, 2], [3], [4]):
+        write_deltalake(table, pa.table({"a": rows}), mode="append", storage_options=storage)
+    # delta-rs finds the newest version by listing the log from an offset (start-after)
+    files = pa.table(DeltaTable(table, storage_options=storage, version=1).get_add_actions(flatten=True))
+    assert sum(files["num_records"].to_pylist()) == 3
+    assert DeltaTable(table, storage_options=storage).version() == 2
+
+
+def test_a_conditional_put_is_accepted_but_not_enforced(s3_server: S3Server) -> None:
+    """`If-None-Match: *` (put if absent, how delta-rs commits a log entry): AWS S3 answers 412
+    when the key exists; S3Proxy 2.6.0 overwrites it, so a lost race loses a commit there."""
+    bucket = s3_server.bucket()
+    assert s3_server.put(bucket, "log/1.json", b"first", {"If-None-Match": "*"}) == 200
+    second = s3_server.put(bucket, "log/1.json", b"second", {"If-None-Match": "*"})
+
+    kept = (s3_server.directory / "data" / bucket / "log" / "1.json").read_bytes()
+    assert (second, kept) == (200, b"second")  # an enforcing server: (412, b"first")
+
+
+def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -> None:
+    bucket = s3_server.bucket()
+    settings = s3_server.storage_settings()
+    check_storage(job_config(settings, bucket))  # nothing to say
+
+    with pytest.raises(StorageUnavailable) as wrong_secret:
+        check_storage(job_config({**settings, "secret_access_key": "not-the-secret"}, bucket))
+    message = str(wrong_secret.value)
+    assert message.startswith(f"cannot list s3://{bucket}/events (sink.path) at {s3_server.endpoint}: ")
+    assert "check storage.s3.access_key_id and storage.s3.secret_access_key" in message
+    assert "not-the-secret" not in message and "\n" not in message
+
+    with pytest.raises(StorageUnavailable, match=r"check storage\.s3\.endpoint") as nothing_there:
+        check_storage(job_config({**settings, "endpoint": f"http://127.0.0.1:{free_port()}"}, bucket), timeout_s=2)
+    assert "\n" not in str(nothing_there.value)
+
+    with pytest.raises(StorageUnavailable, match=r"storage\.s3\.allow_http"):
+        check_storage(job_config({**settings, "allow_http": False}, bucket))
+
+    with pytest.raises(StorageUnavailable, match=r"bucket 'no-such-bucket' does not exist .*; check sink\.path$"):
+        check_storage(job_config(settings, "no-such-bucket"))
