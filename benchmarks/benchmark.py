@@ -25,6 +25,11 @@ of `--memory-messages` per partition (N) and on one `--memory-scale` times large
 per process role at 10N against N. The forwarder is the job's own (`synclib.app.forwarder.Forwarder`)
 with the given config (default conf/local.yaml), trigger and batch sizing included.
 
+With several `--partitions` (e.g. 4,64,256,1024) the whole benchmark runs once per partition
+count, with the same total backlog (`--messages` per partition at the first count) and the same
+event rate spread over all partitions, and ends with one table of how each figure grows with
+partitions beside Spark's own Kafka source (`report.print_axis`).
+
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
 Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
 master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
@@ -75,8 +80,10 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
                         help="skip Spark's own Kafka source (spark-sql-kafka-0-10 on the classpath)")
     parser.add_argument("--runs", type=int, default=3, help="runs of phases 1-3; medians reported")
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--messages", type=int, default=250_000, help="backlog N per partition")
+    parser.add_argument("--partitions", default="4", help="partitions of the topics; several, comma-separated "
+                        "(e.g. 4,64,256,1024): the partitions axis, the same total backlog each time")
+    parser.add_argument("--messages", type=int, default=250_000,
+                        help="backlog N per partition (with several --partitions: at the first count)")
     parser.add_argument("--value-bytes", type=int, default=200)
     parser.add_argument("--warmup", type=float, default=0.2,
                         help="fraction of N released first, untimed (JVM JIT and Python workers warm up)")
@@ -108,7 +115,12 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
                         "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.partitions < 1 or args.messages < 10 or not 0 < args.warmup < 1:
+    try:
+        args.partition_axis = [int(p) for p in args.partitions.split(",") if p.strip()]
+    except ValueError:
+        parser.error(f"--partitions takes comma-separated integers, not {args.partitions!r}")
+    args.partitions = args.partition_axis[0] if args.partition_axis else 0
+    if args.runs < 1 or min(args.partition_axis, default=0) < 1 or args.messages < 10 or not 0 < args.warmup < 1:
         parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
     if args.standalone_workers < 0 or args.standalone_cores < 1:
         parser.error("need --standalone-workers >= 0 and --standalone-cores >= 1")
@@ -335,11 +347,30 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         if args.standalone_workers:
             stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("WARN")
-        results = run(spark, args, save, roots)
-        report.print_report(results)
+        if len(args.partition_axis) == 1:
+            results = run(spark, args, save, roots)
+            report.print_report(results)
+        else:
+            results = {"partitions_axis": {}}
+            for count, one in axis_arguments(args):
+                results["partitions_axis"][str(count)] = run(
+                    spark, one, lambda partial, c=count: save({"partitions_axis": {
+                        **results["partitions_axis"], str(c): partial}}), roots)
+                report.print_report(results["partitions_axis"][str(count)])
+                save(results)
+            report.print_axis(results["partitions_axis"])
         save(results)
     print(f"results: {output}")
     return 0
+
+
+def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:
+    """Per partition count of the axis, the arguments of its run: the first count's total backlog
+    (and memory-phase backlog) spread over its partitions."""
+    first = args.partition_axis[0]
+    return [(count, argparse.Namespace(**{
+        **vars(args), "partitions": count, "messages": max(10, args.messages * first // count),
+        "memory_messages": max(1, args.memory_messages * first // count)})) for count in args.partition_axis]
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

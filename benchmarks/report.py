@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from synclib.app.progress import table
+from synclib.settings.values import parse_duration
 
 # CPU roles as printed: procmem's roles, the Python driver and other Python processes together.
 # On a standalone cluster "jvm" and "py-workers" are the driver's, and the executors' own columns
@@ -211,3 +214,75 @@ def floor_line(floor: Mapping[str, Any]) -> str:
              "idle trigger ms " + ", ".join(f"{k} {v:.0f}" for k, v in idle.items()),
              "idle CPU s/s " + ", ".join(f"{k} {v:.3f}" for k, v in (floor.get("idle_cpu_s_per_s") or {}).items())]
     return "; ".join(parts)
+
+
+def axis_rows(axis: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per partition count, the figures that must stay flat: backlog rows/s of the forwarder and
+    of Spark's Kafka source (first engine), gate latency, the one-row batch (floor phase, first
+    trigger; Spark's durationMs), the idle trigger's latestOffset and planner CPU, peak RSS."""
+    rows = []
+    for count, results in axis.items():
+        engine = results["settings"]["engines"][0]
+        table = results["median"]["table"]
+        latency = results["median"]["latency"].get(results["settings"]["trigger"]) or {}
+        floors: Mapping[str, Mapping[str, Any]] = results.get("floor") or {}
+        trigger, floor = next(iter(floors.items()), ("-", {}))
+        peer_floor = (results.get("floor_spark_kafka") or {}).get(trigger) or {}
+        one, idle = floor.get("one_row_ms") or {}, floor.get("idle_ms") or {}
+        planner_cpu = (floor.get("idle_cpu_s_per_s") or {}).get("python-driver-runner")
+        memory = results.get("memory") or {}
+        rows.append({
+            "partitions": int(count), "load": results["median"]["load_avg_1m"],
+            "forwarder_rows_per_s": (table.get(f"forwarder -> {engine}") or {}).get("rows_per_s"),
+            "spark_kafka_rows_per_s": (table.get(f"Spark Kafka source -> {engine}") or {}).get("rows_per_s"),
+            "latency_p50_s": latency.get("p50_s"), "latency_p99_s": latency.get("p99_s"),
+            "floor_trigger": trigger, "one_row_ms": one.get("triggerExecution"),
+            "one_row_latest_offset_ms": one.get("latestOffset"), "one_row_add_batch_ms": one.get("addBatch"),
+            "spark_kafka_one_row_ms": (peer_floor.get("one_row_ms") or {}).get("triggerExecution"),
+            "idle_latest_offset_ms": idle.get("latestOffset"),
+            "planner_cpu_ms_per_trigger": None if planner_cpu is None or trigger == "-"
+            else planner_cpu * parse_duration(trigger) * 1000,
+            "peak_total_mib": (memory.get("peak_mib") or {}).get("N", {}).get("total"),
+            "memory_ratio": (memory.get("ratio") or {}).get("total"),
+        })
+    return rows
+
+
+AXIS_COLUMNS = (("partitions", "partitions", "d"), ("load", "load", ".1f"),
+                ("forwarder_rows_per_s", "rows/s", ",.0f"), ("spark_kafka_rows_per_s", "Spark Kafka rows/s", ",.0f"),
+                ("latency_p50_s", "gate p50 s", ".2f"), ("latency_p99_s", "gate p99 s", ".2f"),
+                ("one_row_ms", "1-row batch ms", ".0f"), ("one_row_latest_offset_ms", "latestOffset", ".0f"),
+                ("one_row_add_batch_ms", "addBatch", ".0f"), ("spark_kafka_one_row_ms", "Spark Kafka 1-row ms", ".0f"),
+                ("idle_latest_offset_ms", "idle latestOffset ms", ".0f"),
+                ("planner_cpu_ms_per_trigger", "planner CPU ms/trigger", ".1f"),
+                ("peak_total_mib", "peak RSS MiB", ",.0f"), ("memory_ratio", "RSS 10N/N", ".2f"))
+
+
+def axis_targets(rows: Sequence[Mapping[str, Any]]) -> dict[str, bool | None]:
+    """Issue 28's targets: at 256 partitions against the 4-partition figures, at 1,024 against
+    Spark's Kafka source (None where a count or figure is missing)."""
+    by = {row["partitions"]: row for row in rows}
+    four, at_256, at_1024 = by.get(4, {}), by.get(256, {}), by.get(1024, {})
+
+    def ratio(a: Any, b: Any, test: Callable[[float], bool]) -> bool | None:
+        return None if a is None or not b else test(a / b)
+    return {
+        "256: one-row batch <= 1.5x 4's": ratio(at_256.get("one_row_ms"), four.get("one_row_ms"), lambda r: r <= 1.5),
+        "256: rows/s >= 0.8x 4's": ratio(at_256.get("forwarder_rows_per_s"), four.get("forwarder_rows_per_s"),
+                                          lambda r: r >= 0.8),
+        "256: gate p50 <= 1 s": None if at_256.get("latency_p50_s") is None else at_256["latency_p50_s"] <= 1.0,
+        "1024: rows/s >= Spark's Kafka source": ratio(at_1024.get("forwarder_rows_per_s"),
+                                                      at_1024.get("spark_kafka_rows_per_s"), lambda r: r >= 1.0),
+        "1024: memory bounded (RSS 10N/N <= 1.2)": None if at_1024.get("memory_ratio") is None
+        else at_1024["memory_ratio"] <= 1.2,
+    }
+
+
+def print_axis(axis: Mapping[str, Mapping[str, Any]]) -> None:
+    """One table: each figure per partition count, and issue 28's targets."""
+    rows = axis_rows(axis)
+    print("partitions axis (same total backlog and event rate over all partitions; medians of the runs):")
+    print(table([title for _, title, _ in AXIS_COLUMNS],
+                [[_cell(row[key], spec) for key, _, spec in AXIS_COLUMNS] for row in rows]))
+    print("targets: " + ", ".join(f"{k}: {'-' if v is None else 'met' if v else 'NOT met'}"
+                                  for k, v in axis_targets(rows).items()))

@@ -146,7 +146,7 @@ class Forwarder:
 
     def _watch(self, spark: SparkSession, query: StreamingQuery, stop: StopRequest, run_for: float | None,
                status_path: str) -> int:
-        reporter = ProgressReporter()
+        reporter = ProgressReporter(table_rows=self.config.logging.partition_table_rows)
         started = time.monotonic()
         reason = "Trigger.AvailableNow: everything releasable at the start was forwarded"
         try:
@@ -216,7 +216,8 @@ class Forwarder:
 
     def _finish(self, status_path: str, headline: str) -> int:
         path = self.config.sink.path
-        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline), flush=True)
+        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
+                             self.config.logging.partition_table_rows), flush=True)
         return EXIT_OK
 
 

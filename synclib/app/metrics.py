@@ -10,6 +10,15 @@ planning call (every offset is a next offset, as in Kafka):
 - `synclib_partition_state{state}`: 1 for the current state, 0 for the three others;
 - `synclib_partition_stale`: 1 while the leader is reported stale.
 
+Over all partitions, so dashboards and alerts need not aggregate a series per partition:
+`synclib_partitions{state}` (partitions in each state), `synclib_partitions_stale`,
+`synclib_held_back_offsets` and `synclib_lag_offsets` (sums over the partitions).
+
+Cardinality: 10 series per partition, 10,240 at 1,024 partitions (a scrape of 0.75 MB, built in
+0.26 s on a 2-core machine at load 25). They stay per partition, as Kafka's lag exporters keep
+them: an alert must name the one partition whose leader is stale or whose lag grows, and a
+Prometheus server holds millions of series. The aggregates are for graphs and fleet alerts.
+
 Per leader group: `synclib_leader_commit_age_seconds{group}`, seconds since the forwarder last
 received a commit of the group (after a restart, counted from the replay of the commit log).
 
@@ -80,6 +89,7 @@ class _StatusCollector(Collector):
             stale.add_metric([p.topic, str(p.partition)], 1 if p.stale else 0)
         yield states
         yield stale
+        yield from _aggregates(partitions)
         age = GaugeMetricFamily("synclib_leader_commit_age_seconds",
                                 "Seconds since the forwarder last received a commit of the leader group",
                                 labels=("group",))
@@ -92,6 +102,20 @@ class _StatusCollector(Collector):
             skipped.add_metric([], status.commit_log.skipped_malformed)
         yield age
         yield skipped
+
+
+def _aggregates(partitions: Sequence[PartitionStatus]) -> Iterator[Metric]:
+    """The series over all partitions: partitions per state, stale partitions, offsets held back and lag."""
+    per_state = GaugeMetricFamily("synclib_partitions", "Partitions in each state", labels=("state",))
+    for state in SynchronizedPartitionState:
+        per_state.add_metric([state.value], sum(p.state is state for p in partitions))
+    yield per_state
+    yield GaugeMetricFamily("synclib_partitions_stale", "Partitions whose leader is reported stale",
+                            value=sum(bool(p.stale) for p in partitions))
+    yield GaugeMetricFamily("synclib_held_back_offsets", "Offsets the gate holds back, over all partitions",
+                            value=sum(p.held_back or 0 for p in partitions))
+    yield GaugeMetricFamily("synclib_lag_offsets", "High watermark - follower offset, over all partitions",
+                            value=sum(p.lag or 0 for p in partitions))
 
 
 class _DeadLettersCollector(Collector):

@@ -11,7 +11,7 @@ from synclib.settings.kafka import kafka_client_config
 __all__ = ["EXIT_KAFKA", "EXIT_STORAGE", "KafkaUnavailable", "StorageUnavailable", "check_job_kafka",
            "check_storage"]
 
-# The forwarder's exit code when Kafka cannot be reached or used (README, exit codes).
+# The forwarder's exit code when Kafka cannot be reached or used (docs/running.md, exit codes).
 EXIT_KAFKA = 3
 # The forwarder's exit code when an object-store location cannot be used with the job's settings.
 EXIT_STORAGE = 4

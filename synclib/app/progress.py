@@ -1,6 +1,8 @@
 """What the forwarder shows on the console: a line per micro-batch, the partition table when
 a partition starts or stops waiting on the leader (and every `TABLE_EVERY_S`), and the
-end-of-run summary.
+end-of-run summary. The line summarises every partition (totals, partitions per state); the
+tables list at most `table_rows` partitions, stale and most held back first, and summarise the
+rest in one line, so hundreds of partitions stay readable (all of them: `status --json`).
 
 Inputs are plain data: Spark's progress JSON (`StreamingQueryProgress.json`) and the
 source's `PlannerStatus`, so everything here is testable without Spark.
@@ -18,6 +20,7 @@ from synclib.source.state import LOCAL_BEHIND, SYNCHRONIZED, Offsets, get_state_
 from synclib.source.status import PartitionStatus, PlannerStatus
 
 TABLE_EVERY_S = 10.0
+TABLE_ROWS = 10
 # A flowing partition alternates between these two with every leader commit and batch.
 FLOWING = frozenset({LOCAL_BEHIND, SYNCHRONIZED})
 PARTITION_HEADER = ("topic", "partition", "state", "follower", "leader", "high watermark",
@@ -34,10 +37,27 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
                      for row in cells)
 
 
-def partition_table(partitions: Sequence[PartitionStatus]) -> str:
+def partition_table(partitions: Sequence[PartitionStatus], rows: int | None = TABLE_ROWS) -> str:
+    shown, rest = shown_partitions(partitions, rows)
     return table(PARTITION_HEADER, [
         (p.topic, p.partition, p.state.value, p.follower_offset, p.leader_offset, p.high_watermark, p.held_back,
-         "STALE" if p.stale else "") for p in partitions])
+         "STALE" if p.stale else "") for p in shown]) + rest
+
+
+def shown_partitions(partitions: Sequence[PartitionStatus], rows: int | None
+                     ) -> tuple[list[PartitionStatus], str]:
+    """The partitions a table lists (all when they fit in `rows`, else the stale and most held
+    back first) and the line summarising the others ("" when none is left out)."""
+    if rows is None or len(partitions) <= rows:
+        return list(partitions), ""
+    ranked = sorted(range(len(partitions)), key=lambda i: (
+        not partitions[i].stale, -(partitions[i].held_back or 0), -(partitions[i].lag or 0), i))
+    rest = [partitions[i] for i in ranked[rows:]]
+    states = Counter(p.state.value for p in rest)
+    return [partitions[i] for i in ranked[:rows]], (
+        f"\n... {len(rest)} more partitions (" + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        + f"), holding back {sum(p.held_back or 0 for p in rest)}; every partition: `status --json`, "
+        "or logging.partition_table_rows: null")
 
 
 def gate_line(partitions: Sequence[PartitionStatus]) -> str:
@@ -61,12 +81,13 @@ def _malformed_note(status: PlannerStatus | None) -> str:
 class ProgressReporter:
     """Turns new progress reports into console lines; tracks rows and batches of this run."""
 
-    def __init__(self, table_every_s: float = TABLE_EVERY_S,
+    def __init__(self, table_every_s: float = TABLE_EVERY_S, table_rows: int | None = TABLE_ROWS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rows = 0
         self.batches = 0
         self.dead_letters = 0  # rows written to the dead-letter table by the batches shown
         self._table_every_s = table_every_s
+        self._table_rows = table_rows
         self._clock = clock
         self._seen: tuple[str, int] = ("", -1)
         self._shape: tuple[tuple[str, int, str, bool], ...] | None = None
@@ -93,7 +114,7 @@ class ProgressReporter:
         now = self._clock()
         if partitions and lines and (shape != self._shape or self._table_at is None
                                      or now - self._table_at >= self._table_every_s):
-            lines.append(partition_table(partitions))
+            lines.append(partition_table(partitions, self._table_rows))
             self._shape, self._table_at = shape, now
         return lines
 
@@ -115,26 +136,29 @@ def dead_letters_note(total: int, path: str) -> str:
     return f"; dead letters: {total} this run (table {path})"
 
 
-def format_summary(path: str, summary: TableSummary | None, status: PlannerStatus | None, headline: str) -> str:
+def format_summary(path: str, summary: TableSummary | None, status: PlannerStatus | None, headline: str,
+                   rows: int | None = TABLE_ROWS) -> str:
     """The end of a run: `headline`, the table's location and size, and per partition the
-    highest offset written against what the leader committed."""
+    highest offset written against what the leader committed (at most `rows` partitions, the
+    most held back first, when there are more)."""
     if summary is None:
         return f"{headline}\nDelta table {path}: not created yet (the leader committed nothing)"
     written = summary.offsets or {}
     planned = {(p.topic, p.partition): p for p in (() if status is None else status.partitions)}
-    rows = []
+    finals = []
     for tp in sorted(set(written) | set(planned)):
         end = written.get(tp)
         leader, hwm = (planned[tp].leader_offset, planned[tp].high_watermark) if tp in planned else (None, None)
-        final = PartitionStatus(tp[0], tp[1], get_state_from_offsets(Offsets(end, leader)),
-                                follower_offset=end, leader_offset=leader, high_watermark=hwm)
-        rows.append((tp[0], tp[1], _last(end), _last(leader), hwm, final.held_back, final.state.value))
+        finals.append(PartitionStatus(tp[0], tp[1], get_state_from_offsets(Offsets(end, leader)),
+                                      follower_offset=end, leader_offset=leader, high_watermark=hwm))
+    shown, rest = shown_partitions(finals, rows)
     rows_text = "unknown number of" if summary.rows is None else summary.rows
     return "\n".join([
         headline,
         f"Delta table {path}: version {summary.version}, {rows_text} rows, "
         f"last batch {summary.batch_id} of {summary.app_id}",
-        table(SUMMARY_HEADER, rows),
+        table(SUMMARY_HEADER, [(p.topic, p.partition, _last(p.follower_offset), _last(p.leader_offset),
+                                p.high_watermark, p.held_back, p.state.value) for p in shown]) + rest,
     ])
 
 

@@ -111,14 +111,16 @@ class RecordsConsumer:
             _warn_once(problem)
         self.fast = not problem
 
-    def poll(self, tp: TopicPartition, timeout_ms: int) -> list[Records]:
-        """The records of `tp` one poll returns (the consumer is assigned `tp` only)."""
+    def poll(self, timeout_ms: int) -> dict[TopicPartition, list[Records]]:
+        """The records of the assigned partitions one poll returns, per partition. On the public-API
+        path a codec error does not say its partition: it names the first one still read (not paused)."""
         try:
-            polled = self.kafka.poll(timeout_ms=timeout_ms).get(tp, [])
+            polled = self.kafka.poll(timeout_ms=timeout_ms)
         except kafka_python.MissingCodecError:
             raise
         except UnsupportedCodecError as exc:
+            tp = min(self.kafka.assignment() - self.kafka.paused())
             raise kafka_python.missing_codec_error(tp, self.kafka.position(tp), exc) from exc
         if self.fast:
-            return list(polled)
-        return [listed_records(tp, polled)] if polled else []
+            return {tp: list(records) for tp, records in polled.items()}
+        return {tp: [listed_records(tp, records)] for tp, records in polled.items() if records}

@@ -48,7 +48,7 @@ class KafkaDataLossError(RuntimeError):
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: offset ranges, read one after the other."""
+    """One Spark task: offset ranges, the ranges of different partitions read together."""
 
     def __init__(self, ranges: Sequence[OffsetRange]) -> None:
         super().__init__(tuple(ranges))
@@ -71,14 +71,16 @@ def plan_tasks(ranges: Sequence[OffsetRange], min_rows: int = TASK_MIN_ROWS,
             pieces.append(OffsetRange(offsets.topic, offsets.partition, start, end))
     tasks: list[list[OffsetRange]] = []
     bundle: list[OffsetRange] = []
+    bundled = 0  # rows in `bundle` (summing it again for every piece is quadratic in partitions)
     for piece in sorted(pieces, key=lambda piece: -piece.size):
         if piece.size >= min_rows:
             tasks.append([piece])
             continue
         bundle.append(piece)
-        if sum(p.size for p in bundle) >= min_rows:
+        bundled += piece.size
+        if bundled >= min_rows:
             tasks.append(bundle)
-            bundle = []
+            bundle, bundled = [], 0
     if bundle and tasks:
         min(tasks, key=lambda task: sum(p.size for p in task)).extend(bundle)
     elif bundle:
@@ -120,27 +122,68 @@ def read_partition(
     poll_timeout_ms: int,
     stall_timeout_s: float,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of the task's offset ranges, one range after the other: offsets in
-    [start, end), stopping on position (offsets may have gaps). If a partition now ends before
-    the range's end (topic recreated), that is data loss: fail, or warn and stop at what exists."""
+    """Yield the records of the task's offset ranges: offsets in [start, end), stopping on
+    position (offsets may have gaps). The ranges of different partitions are read together, one
+    fetch for all of them (a range per partition each round trip would make a batch of hundreds
+    of small ranges cost hundreds of round trips). If a partition now ends before its range's
+    end (topic recreated), that is data loss: fail, or warn and stop at what exists."""
     records_consumer = _cached_consumer(client_config)
+    for together in _rounds(task.ranges):
+        yield from _read_together(records_consumer, together, schema, include_headers=include_headers,
+                                  fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
+                                  stall_timeout_s=stall_timeout_s)
+
+
+def _rounds(ranges: Sequence[OffsetRange]) -> Iterator[dict[TopicPartition, OffsetRange]]:
+    """The ranges in rounds of at most one range per partition, in order."""
+    left = list(ranges)
+    while left:
+        together: dict[TopicPartition, OffsetRange] = {}
+        later = []
+        for offsets in left:
+            tp = TopicPartition(offsets.topic, offsets.partition)
+            if tp in together:
+                later.append(offsets)
+            else:
+                together[tp] = offsets
+        yield together
+        left = later
+
+
+def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicPartition, OffsetRange],
+                   schema: pa.Schema, *, include_headers: bool, fail_on_data_loss: bool, poll_timeout_ms: int,
+                   stall_timeout_s: float) -> Iterator[pa.RecordBatch]:
     consumer = records_consumer.kafka
-    for offsets in task.ranges:
-        tp = TopicPartition(offsets.topic, offsets.partition)
-        consumer.assign([tp])
+    consumer.assign(list(ranges))
+    consumer.resume(*ranges)  # paused when a previous task finished them
+    for tp, offsets in ranges.items():
         consumer.seek(tp, offsets.start)
-        last_progress = time.monotonic()
-        position = offsets.start
-        while position < offsets.end:
-            for records in records_consumer.poll(tp, poll_timeout_ms):
-                yield from _arrow_batches(records, offsets.end, schema, include_headers)
-            # Past control markers and aborted records too: a range ending in them completes.
-            new_position = consumer.position(tp)
-            if new_position > position:
-                position, last_progress = new_position, time.monotonic()
-            elif time.monotonic() - last_progress > stall_timeout_s:
-                _stalled(consumer, tp, offsets, position, stall_timeout_s, fail_on_data_loss)
-                break
+    positions = {tp: offsets.start for tp, offsets in ranges.items()}
+    last_progress = dict.fromkeys(ranges, time.monotonic())
+    pending = {tp for tp, offsets in ranges.items() if offsets.start < offsets.end}
+    while pending:
+        polled = records_consumer.poll(poll_timeout_ms)
+        now = time.monotonic()
+        for tp, items in polled.items():
+            if tp in pending and items:
+                for records in items:
+                    yield from _arrow_batches(records, ranges[tp].end, schema, include_headers)
+                positions[tp], last_progress[tp] = max(positions[tp], items[-1].offset + 1), now
+        if not any(polled.values()):
+            # Nothing came: a range may end in control markers, aborted records or a gap (the
+            # position moved past them), or be stalled. Asked only then: each position() call
+            # walks every assigned partition.
+            for tp in sorted(pending):
+                new_position = consumer.position(tp)
+                if new_position > positions[tp]:
+                    positions[tp], last_progress[tp] = new_position, now
+                elif now - last_progress[tp] > stall_timeout_s:
+                    _stalled(consumer, tp, ranges[tp], positions[tp], stall_timeout_s, fail_on_data_loss)
+                    positions[tp] = ranges[tp].end
+        done = {tp for tp in pending if positions[tp] >= ranges[tp].end}
+        if done:
+            pending -= done
+            consumer.pause(*done)  # no more fetches for them: the others may still need some
 
 
 def _stalled(consumer: KafkaConsumer, tp: TopicPartition, offsets: OffsetRange, position: int,

@@ -129,6 +129,9 @@ class LoggingConfig(Section):
     """Print the per-batch lines, the partition table and the summary."""
     progress_interval: PositiveDuration = 1.0
     """How often the console is updated."""
+    partition_table_rows: PositiveInt | None = 10
+    """The partition table and the summary list at most this many partitions (stale and most held
+    back first) and summarise the others in one line; null: every partition."""
 
 
 class MonitoringConfig(Section):

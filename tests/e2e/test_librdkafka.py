@@ -1,7 +1,8 @@
 """The job as users run it (spark-submit, --available-now) on a topic written by librdkafka, as
-production producers write: one compression codec per partition (idempotent and not), and a
-transactional producer whose commit markers leave offset gaps. The Delta table must hold exactly
-the records below the leader's commit, each once, byte for byte as librdkafka produced them.
+production producers write: 256 partitions (as production topics have), each with one of the
+compression codecs (idempotent and not), and a transactional producer whose commit markers leave
+offset gaps. The Delta table must hold exactly the records below the leader's commit of each
+partition, each once, byte for byte as librdkafka produced them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.slow
 
 GROUP = "snuba-consumers"
 PER_PARTITION = 120
+MANY_PARTITIONS = 256  # the codecs topic: each partition gated and released on its own
+PER_MANY_PARTITION = 12
 # What librdkafka produced per partition (its delivery reports), and where the leader commits first.
 Written = tuple[dict[int, list[Produced]], dict[int, int]]
 
@@ -52,11 +55,13 @@ def produce(kafka: Producer, topic: str, partition: int, batch: list[Record]) ->
 
 
 def codecs(bootstrap_servers: str, topic: str) -> Written:
-    """Partition i with codec CODECS[i], an idempotent producer on every other one."""
-    produced = {partition: produce(producer(bootstrap_servers, compression_type=codec,
-                                            enable_idempotence=partition % 2 == 0),
-                                   topic, partition, records(codec, PER_PARTITION))
-                for partition, codec in enumerate(CODECS)}
+    """Partition i with codec CODECS[i % 4], idempotent producers for every other codec; the leader
+    first commits each partition halfway."""
+    producers = [producer(bootstrap_servers, compression_type=codec, enable_idempotence=i % 2 == 0)
+                 for i, codec in enumerate(CODECS)]
+    produced = {partition: produce(producers[partition % len(CODECS)], topic, partition,
+                                   records(f"{CODECS[partition % len(CODECS)]}-{partition}", PER_MANY_PARTITION))
+                for partition in range(MANY_PARTITIONS)}
     return produced, {p: batch[len(batch) // 2].offset for p, batch in produced.items()}
 
 
@@ -73,7 +78,7 @@ def transactional(bootstrap_servers: str, topic: str) -> Written:
 
 
 PRODUCERS: dict[str, tuple[int, Callable[[str, str], Written]]] = {
-    "codecs": (len(CODECS), codecs), "transactional": (1, transactional)}
+    "codecs": (MANY_PARTITIONS, codecs), "transactional": (1, transactional)}
 
 
 def table_records(table: str) -> list[Produced]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def progress(batch: int, timestamp: str = "2027-01-15T08:00:00.000Z", trigger_ms
 
 
 def status(updated_at: float = NOW - 1) -> PlannerStatus:
-    return PlannerStatus.from_json({
+    return PlannerStatus.parse(json.dumps({
         "updated_at": updated_at,
         "partitions": [
             {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 5, "leader_offset": 8,
@@ -34,7 +35,7 @@ def status(updated_at: float = NOW - 1) -> PlannerStatus:
              "high_watermark": None, "stale": True},
         ],
         "commit_log": {"applied": 4, "skipped_malformed": 2, "last_commit_time": {"snuba": NOW - 7.5}},
-    })
+    }))
 
 
 def samples(metrics: ForwarderMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -97,6 +98,11 @@ def test_partition_and_leader_series_follow_the_status() -> None:
               if name == "synclib_partition_state" and labels[0] == ("partition", "0")}
     assert states == {"UNKNOWN": 0, "LOCAL_BEHIND": 1, "REMOTE_BEHIND": 0, "SYNCHRONIZED": 0}
     assert (got[("synclib_partition_stale", p0)], got[("synclib_partition_stale", p1)]) == (0, 1)
+    assert {labels: value for (name, labels), value in got.items() if name == "synclib_partitions"} == {
+        (("state", "UNKNOWN"),): 1, (("state", "LOCAL_BEHIND"),): 1, (("state", "REMOTE_BEHIND"),): 0,
+        (("state", "SYNCHRONIZED"),): 0}
+    assert got[("synclib_partitions_stale", ())] == 1
+    assert (got[("synclib_held_back_offsets", ())], got[("synclib_lag_offsets", ())]) == (12, 15)
     assert got[("synclib_leader_commit_age_seconds", (("group", "snuba"),))] == pytest.approx(7.5)
     assert got[("synclib_commit_log_skipped_total", ())] == 2
 

@@ -35,7 +35,7 @@ FULL = PlannerStatus(
 def test_to_json_and_back_is_the_same_status_with_the_derived_counts_written() -> None:
     document = json.loads(json.dumps(FULL.to_json()))
 
-    assert PlannerStatus.from_json(document) == FULL
+    assert PlannerStatus.parse(json.dumps(document)) == FULL
     first = document["partitions"][0]
     assert (first["state"], first["leader_offsets"]) == ("LOCAL_BEHIND", {"snuba": 8, "search": 9})
     assert (first["lag"], first["held_back"], first["ready"]) == (15, 12, 3)
@@ -44,29 +44,30 @@ def test_to_json_and_back_is_the_same_status_with_the_derived_counts_written() -
 
 
 def test_absent_keys_take_their_defaults() -> None:
-    status = PlannerStatus.from_json({"partitions": [{"topic": "t", "partition": 2, "state": "UNKNOWN"}]})
+    status = PlannerStatus.parse(json.dumps({"partitions": [{"topic": "t", "partition": 2, "state": "UNKNOWN"}]}))
 
     assert status == PlannerStatus(partitions=(PartitionStatus("t", 2, UNKNOWN),))
-    assert PlannerStatus.from_json({}) == PlannerStatus()
+    assert PlannerStatus.parse(json.dumps({})) == PlannerStatus()
     assert status.partitions[0].stale is None and status.commit_log.applied == 0
 
 
 @pytest.mark.parametrize(("document", "error"), [
-    ([], "status: expected an object, got []"),
-    ({"partitions": {}}, "status.partitions: expected an array, got {}"),
+    ([], "status: Input should be an object, got []"),
+    ({"partitions": {}}, "status.partitions: Input should be a valid array, got {}"),
     ({"partitions": [{"partition": 0, "state": "UNKNOWN"}]}, "status.partitions[0].topic: missing"),
     ({"partitions": [{"topic": "t", "partition": True, "state": "UNKNOWN"}]},
-     "status.partitions[0].partition: expected an integer, got True"),
+     "status.partitions[0].partition: Input should be a valid integer, got True"),
     ({"partitions": [{"topic": "t", "partition": 0, "state": "WAITING"}]},
-     "status.partitions[0].state: unknown state 'WAITING'"),
+     "status.partitions[0].state: Input should be 'UNKNOWN', 'LOCAL_BEHIND', 'REMOTE_BEHIND' or 'SYNCHRONIZED', "
+     "got 'WAITING'"),
     ({"partitions": [{"topic": "t", "partition": 0, "state": "UNKNOWN", "leader_offsets": {"g": "5"}}]},
-     "status.partitions[0].leader_offsets.g: expected an integer, got '5'"),
+     "status.partitions[0].leader_offsets.g: Input should be a valid integer, got '5'"),
     ({"commit_log": {"skipped_malformed": 1.5}},
-     "status.commit_log.skipped_malformed: expected an integer, got 1.5"),
+     "status.commit_log.skipped_malformed: Input should be a valid integer, got 1.5"),
 ])
 def test_a_document_of_another_shape_is_refused_naming_the_value(document: object, error: str) -> None:
     with pytest.raises(StatusFormatError) as raised:
-        PlannerStatus.from_json(document)
+        PlannerStatus.parse(json.dumps(document))
 
     assert str(raised.value) == error
 

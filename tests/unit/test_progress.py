@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from synclib.app.progress import ProgressReporter, format_summary
@@ -45,8 +46,8 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
     reporter = ProgressReporter()
 
     early = reporter.update([progress(0, 1, 0, ran=False)], None)
-    skipped = PlannerStatus.from_json({**status("SYNCHRONIZED", 8, 8, 8).to_json(),
-                                       "commit_log": {"applied": 2, "skipped_malformed": 3}})
+    skipped = PlannerStatus.parse(json.dumps({**status("SYNCHRONIZED", 8, 8, 8).to_json(),
+                                       "commit_log": {"applied": 2, "skipped_malformed": 3}}))
     later = reporter.update([progress(1, 2, 0, ran=False)], skipped)
 
     assert early == ["10:00:01 idle: nothing newly committed; no partitions yet"]
@@ -56,11 +57,11 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
 def test_the_summary_compares_what_was_written_with_what_the_leader_committed() -> None:
     summary = TableSummary(version=3, rows=30, app_id="synclib-q", batch_id=3,
                            offsets={("events", 0): 20, ("events", 1): 10})
-    state = PlannerStatus.from_json({"partitions": [
+    state = PlannerStatus.parse(json.dumps({"partitions": [
         {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 18,
          "leader_offset": 20, "high_watermark": 25, "stale": False},
         {"topic": "events", "partition": 1, "state": "LOCAL_BEHIND", "follower_offset": 8,
-         "leader_offset": 12, "high_watermark": 12, "stale": False}]})
+         "leader_offset": 12, "high_watermark": 12, "stale": False}]}))
 
     text = format_summary("/data/events", summary, state, "forwarder stopped (done)")
 
@@ -71,3 +72,46 @@ def test_the_summary_compares_what_was_written_with_what_the_leader_committed() 
         ["events", "0", "19", "19", "25", "5", "SYNCHRONIZED"],
         ["events", "1", "9", "11", "12", "0", "LOCAL_BEHIND"]]
     assert format_summary("/t", None, None, "done").endswith("not created yet (the leader committed nothing)")
+
+
+def many(count: int) -> PlannerStatus:
+    """`count` partitions holding back about their number: every 64th (from 7) stale and behind
+    its follower, the other odd ones synchronized, the even ones with 5 ready."""
+    def one(i: int) -> PartitionStatus:
+        stale = i % 64 == 7
+        state = "REMOTE_BEHIND" if stale else "SYNCHRONIZED" if i % 2 else "LOCAL_BEHIND"
+        return PartitionStatus("events", i, SynchronizedPartitionState(state), follower_offset=100,
+                               leader_offset=90 if stale else 100 if i % 2 else 105, high_watermark=100 + i,
+                               stale=stale)
+    return PlannerStatus(partitions=tuple(one(i) for i in range(count)))
+
+
+def test_hundreds_of_partitions_list_the_stale_and_most_held_back_and_summarise_the_rest() -> None:
+    reporter = ProgressReporter(table_rows=6)
+    state = many(256)
+
+    line, table_text = reporter.update([progress(0, 1, 5)], state)
+
+    held = sum(p.held_back or 0 for p in state.partitions)
+    assert line == (f"10:00:01 batch 0: 5 rows in 40 ms (5 this run); held back for the leader: {held}; "
+                    "ready: 631; 128 LOCAL_BEHIND, 4 REMOTE_BEHIND, 124 SYNCHRONIZED; 4 STALE")
+    rows = table_text.splitlines()
+    # stale first (the most held back of them first), then the others by what they hold back
+    assert [row.split()[1] for row in rows[1:7]] == ["199", "135", "71", "7", "255", "253"]
+    shown_held = sum(int(row.split()[6]) for row in rows[1:7])
+    assert rows[7:] == [f"... 250 more partitions (128 LOCAL_BEHIND, 122 SYNCHRONIZED), "
+                        f"holding back {held - shown_held}; every partition: `status --json`, "
+                        "or logging.partition_table_rows: null"]
+    assert len(ProgressReporter(table_rows=None).update([progress(0, 1, 5)], state)[1].splitlines()) == 257
+
+
+def test_the_summary_of_hundreds_of_partitions_lists_the_most_held_back() -> None:
+    state = many(64)
+    summary = TableSummary(version=1, rows=6400, app_id="synclib-q", batch_id=1,
+                           offsets={(p.topic, p.partition): 100 for p in state.partitions})
+
+    lines = format_summary("/t", summary, state, "done", rows=3).splitlines()
+
+    assert [line.split()[1] for line in lines[3:6]] == ["63", "61", "59"]
+    assert lines[6].startswith("... 61 more partitions (")
+    assert len(format_summary("/t", summary, state, "done", rows=None).splitlines()) == 3 + 64
