@@ -366,11 +366,14 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
 
 def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:
     """Per partition count of the axis, the arguments of its run: the first count's total backlog
-    (and memory-phase backlog) spread over its partitions."""
+    (and memory-phase backlog) spread over its partitions, and a work directory of its own (the
+    phases' checkpoints are named alike in every count)."""
     first = args.partition_axis[0]
     return [(count, argparse.Namespace(**{
         **vars(args), "partitions": count, "messages": max(10, args.messages * first // count),
-        "memory_messages": max(1, args.memory_messages * first // count)})) for count in args.partition_axis]
+        "memory_messages": max(1, args.memory_messages * first // count),
+        "workdir": args.workdir and os.path.join(args.workdir, f"partitions-{count}")}))
+        for count in args.partition_axis]
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -11,9 +11,12 @@ from benchmarks.benchmark import axis_arguments, parse_args
 
 
 def test_the_axis_spreads_the_first_counts_backlog_over_each_count() -> None:
-    args = parse_args(["--partitions", "4,64,256,1024", "--messages", "25600", "--memory-messages", "2048"])
+    args = parse_args(["--partitions", "4,64,256,1024", "--messages", "25600", "--memory-messages", "2048",
+                       "--workdir", "/w"])
 
     runs = axis_arguments(args)
+
+    assert [one.workdir for _, one in runs] == [f"/w/partitions-{count}" for count in (4, 64, 256, 1024)]
 
     assert [(count, one.partitions, one.messages, one.memory_messages) for count, one in runs] == [
         (4, 4, 25600, 2048), (64, 64, 1600, 128), (256, 256, 400, 32), (1024, 1024, 100, 8)]
