@@ -36,6 +36,7 @@ SPARK_MODULES = frozenset({
     "synclib.source.datasource", "synclib.delta.writer",
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
+    "synclib.app.direct_source",  # the source on the direct write path
     "synclib.app.batch_source",  # a micro-batch's source rows again, for the dead-letter sink
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
