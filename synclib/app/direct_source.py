@@ -46,6 +46,6 @@ class DirectKafkaDataSource(SynchronizedKafkaDataSource):
         return spark_compat.from_arrow_schema(FILES_SCHEMA)
 
     def streamReader(self, schema: StructType) -> DirectKafkaStreamReader:
-        source = {k: v for k, v in self.options.items() if k.lower() not in OPTIONS}
-        return DirectKafkaStreamReader(SourceOptions.from_spark(source), super().schema(),
-                                       TableFiles.from_options(self.options))
+        kafka = SynchronizedKafkaDataSource({k: v for k, v in self.options.items() if k.lower() not in OPTIONS})
+        reader = kafka.streamReader(kafka.schema())
+        return DirectKafkaStreamReader(reader.options, reader.schema, TableFiles.from_options(self.options))
