@@ -195,9 +195,17 @@ class Forwarder:
             print(line, flush=True)
 
     def progress(self, query: StreamingQuery) -> list[dict[str, Any]]:
-        """The query's recent progress reports, `numInputRows` counting the Kafka records read."""
-        # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
-        return [{**json.loads(p.json), "numInputRows": self._input_rows(p)} for p in query.recentProgress]
+        """The query's recent progress reports, `numInputRows` (and on the direct write path the
+        sink's `numOutputRows`) counting the Kafka records read."""
+        reports = []
+        for p in query.recentProgress:
+            # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
+            report = {**json.loads(p.json), "numInputRows": self._input_rows(p)}
+            if self.direct_initial is not None and isinstance(report.get("sink"), dict):
+                # the sink's output rows are files there too
+                report["sink"] = {**report["sink"], "numOutputRows": report["numInputRows"]}
+            reports.append(report)
+        return reports
 
     def _input_rows(self, progress: StreamingQueryProgress) -> int:
         """A batch's Kafka records: Spark's count of the source's rows, or on the direct write
