@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
 from benchmarks.procmem import TreeMemory
@@ -22,6 +22,9 @@ from synclib.background import BackgroundThread
 from synclib.delta.table import META_BATCH_ID, parse_offsets, synclib_metadata
 from synclib.offsets import PartitionOffsets
 from synclib.settings import ForwarderConfig, load_config
+
+if TYPE_CHECKING:
+    from synclib.app.forwarder import Forwarder
 
 LOG_POLL_S = 0.01
 
@@ -142,6 +145,7 @@ class Bench:
         self.jvm_pid = jvm_pid
         self.others = {} if broker_pid is None else {broker_pid: "broker"}
         self.roots = dict(roots or {})  # a standalone cluster's daemons: their trees run the executors
+        self.job: Forwarder | None = None  # the forwarder phase's job, while one runs
 
     def usage(self) -> TreeMemory:
         """Peak RSS and CPU time of every process doing the benchmark's Spark work (a phase's `with`)."""
@@ -169,7 +173,8 @@ class Bench:
 
         config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
-        query = Forwarder(config, None).start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
+        self.job = Forwarder(config, None)
+        query = self.job.start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
         try:
             with DeltaLogWatcher(config.sink.path) as watcher:
                 yield query, watcher
@@ -198,11 +203,15 @@ class Bench:
                 "batches": len(timed), "memory_mib": memory.summary_mib(),
                 "cpu_s": memory.cpu_seconds_by_role(), "batch_ms": [b["durationMs"] for b in timed]}
 
-    @staticmethod
-    def _progress_until(query: Any, batch_id: int | None) -> list[dict[str, Any]]:
+    def _progress(self, query: Any) -> list[dict[str, Any]]:
+        """The forwarder's progress reports, `numInputRows` counting the Kafka records read."""
+        assert self.job is not None, "no forwarder phase running"
+        return self.job.progress(query)
+
+    def _progress_until(self, query: Any, batch_id: int | None) -> list[dict[str, Any]]:
         deadline = time.monotonic() + 60
         while True:
-            progress = [json.loads(p.json) for p in query.recentProgress]
+            progress = self._progress(query)
             if batch_id is None or any(p["batchId"] >= batch_id for p in progress) or time.monotonic() > deadline:
                 return progress
             time.sleep(0.05)
@@ -227,7 +236,7 @@ class Bench:
                 latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
                              for offsets, published in steps]
                 elapsed = time.monotonic() - started
-            batches = [json.loads(p.json) for p in query.recentProgress]
+            batches = self._progress(query)
         return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
                 "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
                 "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches),

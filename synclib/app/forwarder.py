@@ -12,11 +12,14 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager, ExitStack
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
+from synclib.app import direct_source
 from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
@@ -30,10 +33,11 @@ from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, sta
 from synclib.delta.table import table_summary
 from synclib.delta.writer import resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
+from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
-from synclib.settings.values import DELTA_SPARK
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.status import PlannerStatus
 
@@ -52,6 +56,7 @@ class Forwarder:
         self.config = config
         self.transform = transform
         self.dead_letters: DeadLetterBatches | None = None  # with sink.dead_letters
+        self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
                                      stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
@@ -106,13 +111,19 @@ class Forwarder:
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
         if self.config.sink.dead_letters.enabled:
             return self._start_with_dead_letters(df, MicroBatchSourceRows(options, self.config.checkpoint.location))
+        sink = self.config.sink
+        direct = None
         if self.transform is not None:
             df = self.transform(df)
-        sink = self.config.sink
+        elif resolve_engine(spark, sink.engine) == DELTA_RS:  # nothing between source and sink
+            direct_source.register(spark)
+            direct = lambda table: spark.readStream.format(direct_source.FORMAT_NAME).options(  # noqa: E731
+                **options, **table).load()
+            self.direct_initial = options["initialOffsetsFile"]
         return start_delta_stream(
             df, path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=sink.partition_by, partition_by_date=sink.partition_by_date, trigger=self._trigger(),
-            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
+            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, direct=direct)
 
     def _start_with_dead_letters(self, df: DataFrame, source_rows: MicroBatchSourceRows) -> StreamingQuery:
         """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
@@ -178,16 +189,42 @@ class Forwarder:
         return self._finish(status_path, headline)
 
     def _report(self, query: StreamingQuery, reporter: ProgressReporter, status_path: str) -> None:
-        # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
         letters = self.dead_letters
-        progresses = [{**json.loads(p.json), "numInputRows": p.numInputRows if letters is None
-                       else letters.input_rows(p.batchId, p.numInputRows)} for p in query.recentProgress]
+        progresses = self.progress(query)
         status = PlannerStatus.read(status_path)
         self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
         if not self.config.logging.progress:
             return
         for line in reporter.update(progresses, status, None if letters is None else letters.by_batch):
             print(line, flush=True)
+
+    def progress(self, query: StreamingQuery) -> list[dict[str, Any]]:
+        """The query's recent progress reports, `numInputRows` (and on the direct write path the
+        sink's `numOutputRows`) counting the Kafka records read."""
+        reports = []
+        for p in query.recentProgress:
+            # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
+            report = {**json.loads(p.json), "numInputRows": self._input_rows(p)}
+            if self.direct_initial is not None and isinstance(report.get("sink"), dict):
+                # the sink's output rows are files there too
+                report["sink"] = {**report["sink"], "numOutputRows": report["numInputRows"]}
+            reports.append(report)
+        return reports
+
+    def _input_rows(self, progress: StreamingQueryProgress) -> int:
+        """A batch's Kafka records: Spark's count of the source's rows, or on the direct write
+        path, where those rows are the files written, the offsets the batch advanced (records
+        and any transaction markers or compacted-away offsets between them)."""
+        if self.dead_letters is not None:
+            return self.dead_letters.input_rows(progress.batchId, progress.numInputRows)
+        if self.direct_initial is None:
+            return int(progress.numInputRows)
+        source = progress.sources[0]
+        start = source.startOffset if source.startOffset not in (None, "null") else read_text(self.direct_initial)
+        if not start or source.endOffset in (None, "null"):
+            return 0
+        first, end = parse_offsets_json(start), parse_offsets_json(source.endOffset)
+        return sum(max(0, offset - first.get(tp, offset)) for tp, offset in end.items())
 
     @staticmethod
     def _stop_gracefully(spark: SparkSession, query: StreamingQuery) -> None:

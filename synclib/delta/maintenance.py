@@ -67,10 +67,11 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import PostCommitHookProperties
 from pyarrow import fs
 
+from synclib import locations
 from synclib.background import BackgroundThread
 from synclib.delta import parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
-from synclib.locations import normalize_location, read_text
+from synclib.locations import read_text
 from synclib.settings.job import MaintenanceConfig
 
 logger = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -
     hours = math.ceil(options.vacuum_retention / 3600)
     candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
     if len(candidates) <= _VACUUM_CHECK_LIMIT:
-        filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
+        filesystem, root = locations.filesystem(table.table_uri)
         infos = filesystem.get_file_info([f"{root}/{path}" for path in candidates])
         candidates = [info.path for info in infos if info.type != fs.FileType.NotFound]
     if not candidates:
@@ -366,7 +367,7 @@ def cleanup_log(table: DeltaTable, options: MaintenanceConfig, now: float, repor
         return
     if newest is not None:
         below = min(below, int(newest["version"]))
-    filesystem, root = fs.FileSystem.from_uri(normalize_location(table.table_uri))
+    filesystem, root = locations.filesystem(table.table_uri)
     cutoff_ns = (now - options.log_retention) * 1e9
     for info in filesystem.get_file_info(fs.FileSelector(f"{root}/_delta_log")):
         match = _LOG_ENTRY.fullmatch(info.base_name)

@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 from pyarrow import fs
 
+from synclib import locations
+
 _STRING_STATS_PREFIX = 32
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Parquet layout: rows are buffered per file into row groups of about this size, and the
@@ -176,8 +178,32 @@ def split_partitions(table: pa.Table, partition_by: Sequence[str]
         yield values, table.filter(mask).drop_columns(list(partition_by))
 
 
+def write_files(batches: Iterable[pa.RecordBatch], table_path: str, schema: pa.Schema,
+                partition_by: Sequence[str]) -> list[AddAction]:
+    """Write `batches` (cast to the table's `schema`) as Parquet files under the table at
+    `table_path`, one per partition value; their add actions. On failure nothing is left."""
+    filesystem, root = locations.filesystem(table_path)
+    file_schema = pa.schema([f for f in schema if f.name not in partition_by])
+    parts: dict[tuple[str | None, ...], ParquetPart] = {}
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            table = pa.Table.from_batches([batch]).cast(schema)
+            for values, rows in split_partitions(table, partition_by):
+                if values not in parts:
+                    parts[values] = ParquetPart(filesystem, root, file_schema,
+                                                dict(zip(partition_by, values, strict=True)))
+                parts[values].write(rows)
+    except BaseException:
+        for part in parts.values():
+            part.discard()
+        raise
+    return [part.close() for part in parts.values()]
+
+
 def delete_files(table_path: str, files: Iterable[AddAction]) -> None:
-    filesystem, root = fs.FileSystem.from_uri(table_path)
+    filesystem, root = locations.filesystem(table_path)
     for add in files:
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(f"{root}/{add.path}")

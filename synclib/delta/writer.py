@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, Schema, Transaction
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction, create_table_with_add_actions
-from pyarrow import fs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -39,7 +38,8 @@ from pyspark.sql.types import StructType
 from synclib import __version__, spark_checkpoint
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import parquet
+from synclib.delta import direct, parquet
+from synclib.delta.direct import TableFiles
 from synclib.delta.table import (
     DATE_COLUMN,
     META_APP_ID,
@@ -100,26 +100,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self._partition_by: list[str] = json.loads(options.get("partitionBy") or "[]")
         self._log_checkpoints = parse_bool(options.get("logCheckpoints", "true"))
         self._schema = arrow_schema(schema)
-        self._file_schema = pa.schema([f for f in self._schema if f.name not in self._partition_by])
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
-        filesystem, root = fs.FileSystem.from_uri(self._path)
-        parts: dict[tuple[str | None, ...], parquet.ParquetPart] = {}
-        try:
-            for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                table = pa.Table.from_batches([batch]).cast(self._schema)
-                for values, rows in parquet.split_partitions(table, self._partition_by):
-                    if values not in parts:
-                        parts[values] = parquet.ParquetPart(filesystem, root, self._file_schema,
-                                                            dict(zip(self._partition_by, values, strict=True)))
-                    parts[values].write(rows)
-        except BaseException:
-            for part in parts.values():
-                part.discard()
-            raise
-        return AddedFiles([part.close() for part in parts.values()])
+        return AddedFiles(parquet.write_files(iterator, self._path, self._schema, self._partition_by))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
@@ -156,14 +139,33 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                                           for f in m.files])
 
 
+class DirectStreamWriter(DeltaStreamWriter):
+    """The direct write path's sink (`synclib.delta.direct`): the rows are the add actions of
+    the files the read tasks wrote; `commit` is the row path's. `schema` is the table's."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
+        files: list[AddAction] = []
+        try:
+            for batch in iterator:
+                files.extend(direct.add_actions([batch]))
+        except BaseException:
+            parquet.delete_files(self._path, files)
+            raise
+        return AddedFiles(files)
+
+
 class DeltaSink(DataSource):
-    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list)."""
+    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list);
+    `tableSchema` (Spark's JSON) when the rows are the direct write path's add actions."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DeltaStreamWriter:
+        table_schema = self.options.get("tableSchema")
+        if table_schema:
+            return DirectStreamWriter(StructType.fromJson(json.loads(table_schema)), self.options)
         return DeltaStreamWriter(schema, self.options)
 
 
@@ -280,13 +282,17 @@ def stream_writer(df: DataFrame, checkpoint_location: str, trigger: Mapping[str,
 def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
                        engine: str = AUTO, partition_by: Sequence[str] = (),
                        partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
-                       query_name: str | None = None, log_checkpoints: bool = True) -> StreamingQuery:
+                       query_name: str | None = None, log_checkpoints: bool = True,
+                       direct: Callable[[Mapping[str, str]], DataFrame] | None = None) -> StreamingQuery:
     """Start writing the streaming `df` to the Delta table at `path`, exactly once.
 
     `partition_by_date` adds a `date` column (UTC date of `timestamp`) and partitions by it
     after `partition_by`. `trigger` holds keyword arguments for `DataStreamWriter.trigger`,
     e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`. `log_checkpoints`
     false: delta-rs batch commits write no Delta log checkpoints (maintenance writes them).
+    `direct`, for a `df` straight from its source: loads the same stream as the direct write
+    path's add actions, given the reader options of `synclib.delta.direct.TableFiles`; used
+    when the engine is delta-rs.
     """
     partition_by = list(partition_by)
     if partition_by_date:
@@ -300,15 +306,21 @@ def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
     spark = df.sparkSession
     chosen = resolve_engine(spark, engine)
     location = normalize_location(checkpoint_location)
-    writer = stream_writer(df, location, trigger, query_name)
-    logger.info("writing %s with %s (partitioned by %s), checkpoint %s", path, chosen,
-                partition_by or "nothing", location)
     table_path = normalize_location(path)
     check_table_layout(table_path, df.schema, partition_by)
+    direct_path = direct is not None and chosen == DELTA_RS
+    logger.info("writing %s with %s%s (partitioned by %s), checkpoint %s", path, chosen,
+                ", read tasks writing the files" if direct_path else "", partition_by or "nothing", location)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
-        return writer.foreachBatch(DeltaSparkBatchWriter(table_path, location, partition_by)).start()
+        return stream_writer(df, location, trigger, query_name).foreachBatch(
+            DeltaSparkBatchWriter(table_path, location, partition_by)).start()
     spark.dataSource.register(DeltaSink)
+    if direct is not None:
+        files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
+        writer = stream_writer(files, location, trigger, query_name).option("tableSchema", df.schema.json())
+    else:
+        writer = stream_writer(df, location, trigger, query_name)
     return (writer.format(FORMAT).option("path", table_path)
             .option("partitionBy", json.dumps(partition_by))
             .option("logCheckpoints", str(log_checkpoints).lower()).start())

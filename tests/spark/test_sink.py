@@ -3,7 +3,8 @@
 The stream comes from `EventsSource`, a deterministic in-memory Kafka-shaped source whose
 available offsets are set by a small JSON plan file, so each run is one bounded batch. The
 sink's contract is tested on both writers (`engine`: delta-rs and delta-spark, the session has
-Delta's jars), and every table is read back by delta-rs and by Spark's Delta reader.
+Delta's jars) and on delta-rs's direct write path (`DIRECT`: the source's read tasks write the
+files, `DirectEventsSource`), and every table is read back by delta-rs and by Spark's Delta reader.
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
+from synclib.compat.pyspark import from_arrow_schema
+from synclib.delta.direct import FILES_SCHEMA, TableFiles
 from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
     DeltaStreamWriter,
+    DirectStreamWriter,
     arrow_schema,
     commit_metadata,
     delta_spark_available,
@@ -122,6 +126,33 @@ class EventsSource(DataSource):
         return EventsReader(self.options)
 
 
+class DirectEventsReader(EventsReader):
+    """The test source on the direct write path: its read tasks write the table's files."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._table = TableFiles.from_options(options)
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        rows = [dict(zip(KAFKA_SCHEMA.fieldNames(), row, strict=True)) for row in super().read(partition)]
+        return self._table.write([pa.RecordBatch.from_pylist(rows, schema=arrow_schema(KAFKA_SCHEMA))])
+
+
+class DirectEventsSource(EventsSource):
+    @classmethod
+    def name(cls) -> str:
+        return "synclib_test_events_direct"
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(FILES_SCHEMA)
+
+    def streamReader(self, schema: StructType) -> DirectEventsReader:
+        return DirectEventsReader(self.options)
+
+
+DIRECT = "delta-rs-direct"  # delta-rs, read tasks writing the files
+
+
 class Stream:
     """One Delta table fed by the test source through `engine`'s writer; `run` processes what
     the plan makes available."""
@@ -138,6 +169,7 @@ class Stream:
             self.table_dir = str(s3.directory / "data" / bucket / "table")
             self.checkpoint_dir = str(s3.directory / "data" / bucket / "checkpoint")
         spark.dataSource.register(EventsSource)
+        spark.dataSource.register(DirectEventsSource)
 
     def offer(self, offsets: dict[int, int], missing: dict[int, list[int]] | None = None) -> None:
         plan = {"offsets": {str(p): o for p, o in offsets.items()},
@@ -147,10 +179,14 @@ class Stream:
 
     def run(self, checkpoint_location: str | None = None, starting: dict | None = None,
             **sink: Any) -> None:
-        reader = self.spark.readStream.format("synclib_test_events").option("plan", str(self.plan))
+        options = {"plan": str(self.plan)}
         if starting is not None:
-            reader = reader.option("startingOffsets", json.dumps(starting))
-        sink.setdefault("engine", self.engine)
+            options["startingOffsets"] = json.dumps(starting)
+        reader = self.spark.readStream.format("synclib_test_events").options(**options)
+        sink.setdefault("engine", DELTA_RS if self.engine == DIRECT else self.engine)
+        if self.engine == DIRECT:
+            sink["direct"] = lambda table: self.spark.readStream.format("synclib_test_events_direct").options(
+                **options, **table).load()
         query = start_delta_stream(reader.load(), path=self.table,
                                    checkpoint_location=checkpoint_location or self.checkpoint,
                                    trigger={"availableNow": True}, **sink)
@@ -180,7 +216,7 @@ class Stream:
         return actions
 
 
-ENGINES = (DELTA_RS, DELTA_SPARK)
+ENGINES = (DELTA_RS, DELTA_SPARK, DIRECT)
 LOCAL, S3 = "local", "s3"
 
 
@@ -394,6 +430,32 @@ def test_abort_deletes_the_files_its_tasks_wrote(tmp_path: Path) -> None:
 
     writer.abort([written, None], 0)
 
+    assert parquet_files(table) == set()
+
+
+def test_direct_write_tasks_that_fail_leave_no_files(tmp_path: Path) -> None:
+    table = str(tmp_path / "table")
+    schema = StructType([StructField("n", LongType()), StructField("p", LongType())])
+    files = TableFiles(table, arrow_schema(schema), ("p",))
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"n": [1, 2], "p": [0, 1]})
+        raise RuntimeError("the read failed")
+
+    with pytest.raises(RuntimeError, match="the read failed"):
+        list(files.write(failing()))
+    assert parquet_files(table) == set()
+
+    (rows,) = files.write(iter([pa.record_batch({"n": [1, 2], "p": [0, 1]})]))
+    assert sorted(parquet_files(table)) == sorted(rows.column("path").to_pylist())
+    writer = DirectStreamWriter(schema, {"path": table, "checkpointLocation": "unused"})
+
+    def failing_sink() -> Iterator[pa.RecordBatch]:
+        yield rows
+        raise RuntimeError("the sink's task failed")
+
+    with pytest.raises(RuntimeError, match="the sink's task failed"):
+        writer.write(failing_sink())
     assert parquet_files(table) == set()
 
 

@@ -38,6 +38,7 @@ SPARK_MODULES = frozenset({
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
+    "synclib.app.direct_source",  # the source on the direct write path
     "synclib.app.batch_source",  # a micro-batch's source rows again, for the dead-letter sink
     "synclib.app.dead_letter_commands",  # listing and replaying dead letters (a Spark job)
 })
