@@ -28,7 +28,7 @@ from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
-from synclib.delta.writer import start_delta_stream
+from synclib.delta.writer import DeltaStream, start_delta_stream
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.leader.commitlog import Commit, encode_commit
 
@@ -56,19 +56,18 @@ def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, varia
         "synchronizeCommitGroups": "snuba", "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(batch), "initialOffsetsFile": initial_offsets_file(checkpoint)}
     raw = spark.readStream.format("synchronized_kafka").options(**options).load()
-    common = {"path": str(directory / "table"), "checkpoint_location": checkpoint,
-              "engine": engine, "trigger": {"availableNow": True}}
+    target = DeltaStream(str(directory / "table"), checkpoint, engine, trigger={"availableNow": True})
     load = os.getloadavg()[0]
     started = time.monotonic()
     dead_letters: DeadLetterBatches | None = None
     if variant == "plain":
         # the rows a user without dead letters keeps: those the transform does not reject
         kept = parse_events(raw).where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN)
-        query = start_delta_stream(kept, **common)
+        query = start_delta_stream(kept, target)
     else:
         query, dead_letters = start_with_dead_letters(
-            raw, parse_events, dead_letters_path=str(directory / "dead"), error_column=ERROR_COLUMN,
-            limits=Limits(max_rows=100), source_rows=MicroBatchSourceRows(options, checkpoint), **common)
+            raw, parse_events, target, dead_letters_path=str(directory / "dead"), error_column=ERROR_COLUMN,
+            limits=Limits(max_rows=100), source_rows=MicroBatchSourceRows(options, checkpoint))
     query.awaitTermination()
     wall = time.monotonic() - started
     batches = [p for p in query.recentProgress if "addBatch" in p.durationMs]

@@ -93,7 +93,7 @@ class SparkKafkaPeer:
             stop_between_batches(query)
 
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
-        from synclib.delta.writer import start_delta_stream, utc_date  # the writer imports pyspark
+        from synclib.delta.writer import DeltaStream, start_delta_stream, utc_date  # the writer imports pyspark
 
         root = os.path.join(self.workdir, name)
         reader = (self.spark.readStream.format("kafka").options(**self.kafka_options)
@@ -104,9 +104,9 @@ class SparkKafkaPeer:
         df = reader.load().select(*KAFKA_COLUMNS)
         table, checkpoint = os.path.join(root, "table"), os.path.join(root, "checkpoint")
         if engine != DELTA_SPARK:
-            return start_delta_stream(df, path=table, checkpoint_location=checkpoint, engine=engine,
-                                      partition_by_date=self.partition_by_date,
-                                      trigger={"processingTime": trigger}, query_name=f"spark_kafka_{name}")
+            target = DeltaStream(table, checkpoint, engine, partition_by_date=self.partition_by_date,
+                                 trigger={"processingTime": trigger}, query_name=f"spark_kafka_{name}")
+            return start_delta_stream(df, target)
         writer = df
         if self.partition_by_date:
             writer = df.withColumn(DATE_COLUMN, utc_date(df["timestamp"]))

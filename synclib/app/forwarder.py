@@ -31,7 +31,7 @@ from synclib.compat.pyspark import failed_batch_offsets, is_connect, jvm
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
-from synclib.delta.writer import resolve_engine, start_delta_stream
+from synclib.delta.writer import DeltaStream, resolve_engine, start_delta_stream
 from synclib.embedded.world import EmbeddedWorld
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
@@ -120,28 +120,27 @@ class Forwarder:
             direct = lambda table: spark.readStream.format(direct_source.FORMAT_NAME).options(  # noqa: E731
                 **options, **table).load()
             self.direct_initial = options["initialOffsetsFile"]
-        return start_delta_stream(
-            df, path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
-            partition_by=sink.partition_by, partition_by_date=sink.partition_by_date, trigger=self._trigger(),
-            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, direct=direct)
+        return start_delta_stream(df, self._delta_stream(), direct=direct)
 
     def _start_with_dead_letters(self, df: DataFrame, source_rows: MicroBatchSourceRows) -> StreamingQuery:
         """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
         sink = self.config.sink
         options = sink.dead_letters
         query, self.dead_letters = start_with_dead_letters(
-            df, self.transform, path=sink.path, dead_letters_path=sink.dead_letters_path,
-            checkpoint_location=self.config.checkpoint.location, error_column=options.error_column,
-            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows), source_rows=source_rows,
-            engine=sink.engine, partition_by=sink.partition_by, partition_by_date=sink.partition_by_date,
-            trigger=self._trigger(), query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
+            df, self.transform, self._delta_stream(), dead_letters_path=sink.dead_letters_path,
+            error_column=options.error_column, source_rows=source_rows,
+            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows))
         return query
 
-    def _trigger(self) -> dict[str, str | bool]:
-        trigger = self.config.trigger
-        if trigger.available_now:
-            return {"availableNow": True}
-        return {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"}
+    def _delta_stream(self) -> DeltaStream:
+        """The sink's table, checkpoint, engine, partitioning, trigger and query name, from the config."""
+        sink, trigger = self.config.sink, self.config.trigger
+        return DeltaStream(
+            path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
+            partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
+            trigger={"availableNow": True} if trigger.available_now
+            else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
+            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each

@@ -33,7 +33,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -64,10 +63,10 @@ from synclib.delta.isolation import (
 )
 from synclib.delta.table import DATE_COLUMN
 from synclib.delta.writer import (
+    DeltaStream,
     check_table_layout,
     fit_delta_to_local_master,
     resolve_engine,
-    stream_writer,
     utc_date,
 )
 from synclib.locations import normalize_location
@@ -338,44 +337,33 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def start_with_dead_letters(raw: DataFrame, transform: Transform | None, *, path: str, dead_letters_path: str,
-                            checkpoint_location: str, error_column: str | None, limits: Limits,
-                            source_rows: SourceRows, engine: str = "auto", partition_by: Sequence[str] = (),
-                            partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
-                            query_name: str | None = None,
-                            log_checkpoints: bool = True) -> tuple[StreamingQuery, DeadLetterBatches]:
-    """Start the streaming `raw` (the source's rows) through `transform` into the Delta table
-    at `path`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
+def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream: DeltaStream, *,
+                            dead_letters_path: str, error_column: str | None, limits: Limits,
+                            source_rows: SourceRows) -> tuple[StreamingQuery, DeadLetterBatches]:
+    """Start the streaming `raw` (the source's rows) through `transform` into the Delta table of
+    `stream`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
     reads a micro-batch's rows of `raw` again (see the module docstring)."""
     spark = raw.sparkSession
-    chosen = resolve_engine(spark, engine)
-    location = normalize_location(checkpoint_location)
-    main_path, dead_path = normalize_location(path), normalize_location(dead_letters_path)
-    columns = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
-    main = DeltaTarget(chosen, main_path, location, tuple(columns), log_checkpoints)
-    dead = DeltaTarget(chosen, dead_path, location, (), True)
-    batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, partition_by_date)
-    transformed = batches.transformed(raw)
+    chosen = resolve_engine(spark, stream.engine)
+    transformed = transform(raw) if transform is not None else raw
     if error_column is not None:
         missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
         if error_column not in transformed.columns or missing:
             raise ValueError(f"sink.dead_letters.error_column {error_column!r}: the transform's output "
                              f"must have it{' and ' + ', '.join(missing) if missing else ''} "
                              "(rows it rejects are traced to their Kafka offsets)")
-    if partition_by_date and DATE_COLUMN in transformed.columns:
-        raise ValueError(f"partition_by_date adds column {DATE_COLUMN!r}, which the stream already has")
+    columns = stream.partition_columns([c for c in transformed.columns if c != error_column])
+    dead_path = normalize_location(dead_letters_path)
+    main = DeltaTarget(chosen, stream.table_path, stream.checkpoint, tuple(columns), stream.log_checkpoints)
+    dead = DeltaTarget(chosen, dead_path, stream.checkpoint, (), True)
+    batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, stream.partition_by_date)
     streamed = batches.streamed(raw)
-    schema = batches.kept(streamed).schema
-    absent = [c for c in columns if c not in schema.fieldNames()]
-    if absent:
-        raise ValueError(f"partition columns not in the stream: {', '.join(absent)}")
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
     else:
-        check_table_layout(main_path, schema, columns)
+        check_table_layout(stream.table_path, batches.kept(streamed).schema, columns)
         check_table_layout(dead_path, SCHEMA, ())
         spark.dataSource.register(DeltaBatchSink)
-    writer = stream_writer(streamed, location, trigger, query_name)
-    logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", main_path, chosen,
-                columns or "nothing", dead_path, location)
-    return writer.foreachBatch(batches).start(), batches
+    logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", stream.table_path,
+                chosen, columns or "nothing", dead_path, stream.checkpoint)
+    return stream.writer(streamed).foreachBatch(batches).start(), batches

@@ -268,62 +268,83 @@ def utc_date(timestamp: Column) -> Column:
     return F.date_from_unix_date(F.floor(F.unix_seconds(timestamp) / 86_400).cast("int"))
 
 
-def stream_writer(df: DataFrame, checkpoint_location: str, trigger: Mapping[str, Any] | None,
-                  query_name: str | None) -> DataStreamWriter:
-    """`df.writeStream` with its checkpoint location, and the trigger and query name when given."""
-    writer = df.writeStream.option("checkpointLocation", checkpoint_location)
-    if query_name:
-        writer = writer.queryName(query_name)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    return writer
+@dataclass(frozen=True)
+class DeltaStream:
+    """Where and how a streaming query writes its Delta table: the settings `start_delta_stream`
+    and the dead-letter sink share. `partition_by_date` adds a `date` column (UTC date of
+    `timestamp`) and partitions by it after `partition_by`. `trigger` holds keyword arguments for
+    `DataStreamWriter.trigger`, e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`.
+    `log_checkpoints` false: delta-rs batch commits write no Delta log checkpoints (maintenance
+    writes them)."""
+
+    path: str
+    checkpoint_location: str
+    engine: str = AUTO
+    partition_by: tuple[str, ...] = ()
+    partition_by_date: bool = False
+    trigger: Mapping[str, Any] | None = None
+    query_name: str | None = None
+    log_checkpoints: bool = True
+
+    @property
+    def table_path(self) -> str:
+        return normalize_location(self.path)
+
+    @property
+    def checkpoint(self) -> str:
+        return normalize_location(self.checkpoint_location)
+
+    def partition_columns(self, columns: Sequence[str]) -> list[str]:
+        """The table's partition columns for a stream of `columns` (before the date column is
+        added); ValueError when the stream has the date column already or lacks a partition column."""
+        if self.partition_by_date and DATE_COLUMN in columns:
+            raise ValueError(f"partition_by_date adds column {DATE_COLUMN!r}, which the stream already has")
+        missing = [c for c in self.partition_by if c not in columns]
+        if missing:
+            raise ValueError(f"partition columns not in the stream: {', '.join(missing)}")
+        return [*self.partition_by, *([DATE_COLUMN] if self.partition_by_date else [])]
+
+    def writer(self, df: DataFrame) -> DataStreamWriter:
+        """`df.writeStream` with the checkpoint location, and the trigger and query name when given."""
+        writer = df.writeStream.option("checkpointLocation", self.checkpoint)
+        if self.query_name:
+            writer = writer.queryName(self.query_name)
+        if self.trigger:
+            writer = writer.trigger(**self.trigger)
+        return writer
 
 
-def start_delta_stream(df: DataFrame, *, path: str, checkpoint_location: str,
-                       engine: str = AUTO, partition_by: Sequence[str] = (),
-                       partition_by_date: bool = False, trigger: Mapping[str, Any] | None = None,
-                       query_name: str | None = None, log_checkpoints: bool = True,
+def start_delta_stream(df: DataFrame, stream: DeltaStream,
                        direct: Callable[[Mapping[str, str]], DataFrame] | None = None) -> StreamingQuery:
-    """Start writing the streaming `df` to the Delta table at `path`, exactly once.
+    """Start writing the streaming `df` to the Delta table of `stream`, exactly once.
 
-    `partition_by_date` adds a `date` column (UTC date of `timestamp`) and partitions by it
-    after `partition_by`. `trigger` holds keyword arguments for `DataStreamWriter.trigger`,
-    e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`. `log_checkpoints`
-    false: delta-rs batch commits write no Delta log checkpoints (maintenance writes them).
     `direct`, for a `df` straight from its source: loads the same stream as the direct write
     path's add actions, given the reader options of `synclib.delta.direct.TableFiles`; used
     when the engine is delta-rs.
     """
-    partition_by = list(partition_by)
-    if partition_by_date:
-        if DATE_COLUMN in df.columns:
-            raise ValueError(f"partition_by_date adds column {DATE_COLUMN!r}, which df already has")
+    partition_by = stream.partition_columns(df.columns)
+    if stream.partition_by_date:
         df = df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp")))
-        partition_by.append(DATE_COLUMN)
-    missing = [c for c in partition_by if c not in df.columns]
-    if missing:
-        raise ValueError(f"partition columns not in the stream: {', '.join(missing)}")
     spark = df.sparkSession
-    chosen = resolve_engine(spark, engine)
-    location = normalize_location(checkpoint_location)
-    table_path = normalize_location(path)
+    chosen = resolve_engine(spark, stream.engine)
+    table_path = stream.table_path
     check_table_layout(table_path, df.schema, partition_by)
     direct_path = direct is not None and chosen == DELTA_RS
-    logger.info("writing %s with %s%s (partitioned by %s), checkpoint %s", path, chosen,
-                ", read tasks writing the files" if direct_path else "", partition_by or "nothing", location)
+    logger.info("writing %s with %s%s (partitioned by %s), checkpoint %s", stream.path, chosen,
+                ", read tasks writing the files" if direct_path else "", partition_by or "nothing", stream.checkpoint)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
-        return stream_writer(df, location, trigger, query_name).foreachBatch(
-            DeltaSparkBatchWriter(table_path, location, partition_by)).start()
+        batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by)
+        return stream.writer(df).foreachBatch(batch_writer).start()
     spark.dataSource.register(DeltaSink)
     if direct is not None:
         files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
-        writer = stream_writer(files, location, trigger, query_name).option("tableSchema", df.schema.json())
+        writer = stream.writer(files).option("tableSchema", df.schema.json())
     else:
-        writer = stream_writer(df, location, trigger, query_name)
+        writer = stream.writer(df)
     return (writer.format(FORMAT).option("path", table_path)
             .option("partitionBy", json.dumps(partition_by))
-            .option("logCheckpoints", str(log_checkpoints).lower()).start())
+            .option("logCheckpoints", str(stream.log_checkpoints).lower()).start())
 
 
 def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:

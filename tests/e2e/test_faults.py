@@ -37,7 +37,7 @@ from benchmarks.job_files import (
 )
 from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import start_delta_stream
+from synclib.delta.writer import DeltaStream, start_delta_stream
 from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
 from tests.object_store import SECRET_ACCESS_KEY, S3Server
@@ -143,9 +143,8 @@ def start_gated_delta_stream(spark: Any, world: KafkaWorld, directory: Path, **o
     df = spark.readStream.format("synchronized_kafka").options(**{
         "kafka.bootstrap.servers": world.bootstrap, "subscribe": world.events,
         "commitLogTopic": world.commit_log, "synchronizeCommitGroups": world.group, **options}).load()
-    return start_delta_stream(df, path=str(directory / "table"),
-                              checkpoint_location=str(directory / "checkpoint"), engine=DELTA_RS,
-                              trigger={"processingTime": "200 milliseconds"})
+    return start_delta_stream(df, DeltaStream(str(directory / "table"), str(directory / "checkpoint"), DELTA_RS,
+                                              trigger={"processingTime": "200 milliseconds"}))
 
 
 DEADLINE_S = 12

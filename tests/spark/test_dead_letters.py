@@ -20,6 +20,7 @@ from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.delta.replay import replay
 from synclib.delta.table import read_arrow
+from synclib.delta.writer import DeltaStream
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
 from tests.support import publish_commit
@@ -37,10 +38,9 @@ def run(spark: Any, bootstrap: str, events: str, log: str, directory: Path, engi
         "initialOffsetsFile": initial_offsets_file(checkpoint), **options}
     raw = spark.readStream.format("synchronized_kafka").options(**source_options).load()
     query, batches = start_with_dead_letters(
-        raw, parse_events, path=str(directory / "table"), dead_letters_path=str(directory / "dead"),
-        checkpoint_location=checkpoint, error_column=ERROR_COLUMN, limits=limits or Limits(),
-        source_rows=MicroBatchSourceRows(source_options, checkpoint), engine=engine,
-        trigger={"availableNow": True})
+        raw, parse_events, DeltaStream(str(directory / "table"), checkpoint, engine, trigger={"availableNow": True}),
+        dead_letters_path=str(directory / "dead"), error_column=ERROR_COLUMN, limits=limits or Limits(),
+        source_rows=MicroBatchSourceRows(source_options, checkpoint))
     started = time.monotonic()
     with contextlib.suppress(StreamingQueryException):  # the caller looks at query.exception()
         query.awaitTermination(QUERY_TIMEOUT_S)

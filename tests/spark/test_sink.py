@@ -40,6 +40,7 @@ from synclib.delta.direct import FILES_SCHEMA, TableFiles
 from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
 from synclib.delta.writer import (
     AddedFiles,
+    DeltaStream,
     DeltaStreamWriter,
     DirectStreamWriter,
     arrow_schema,
@@ -183,13 +184,15 @@ class Stream:
         if starting is not None:
             options["startingOffsets"] = json.dumps(starting)
         reader = self.spark.readStream.format("synclib_test_events").options(**options)
-        sink.setdefault("engine", DELTA_RS if self.engine == DIRECT else self.engine)
+        engine = sink.pop("engine", DELTA_RS if self.engine == DIRECT else self.engine)
+        direct = None
         if self.engine == DIRECT:
-            sink["direct"] = lambda table: self.spark.readStream.format("synclib_test_events_direct").options(
+            direct = lambda table: self.spark.readStream.format("synclib_test_events_direct").options(  # noqa: E731
                 **options, **table).load()
-        query = start_delta_stream(reader.load(), path=self.table,
-                                   checkpoint_location=checkpoint_location or self.checkpoint,
-                                   trigger={"availableNow": True}, **sink)
+        partition_by = tuple(sink.pop("partition_by", ()))
+        target = DeltaStream(self.table, checkpoint_location or self.checkpoint, engine, partition_by,
+                             trigger={"availableNow": True}, **sink)
+        query = start_delta_stream(reader.load(), target, direct=direct)
         try:
             assert query.awaitTermination(TIMEOUT), "the stream did not finish in time"
             assert query.exception() is None, query.exception()
@@ -503,9 +506,9 @@ def test_a_table_with_other_columns_or_partitioning_is_refused(stream: Stream) -
     write_deltalake(stream.table, pa.table({"offset": pa.array([1], pa.int64())}))
     events = stream.spark.readStream.format("synclib_test_events").option("plan", "-").load()
     with pytest.raises(ValueError, match=r"only in the stream \['key"):
-        start_delta_stream(events, path=stream.table, checkpoint_location=stream.checkpoint)
+        start_delta_stream(events, DeltaStream(stream.table, stream.checkpoint))
 
     other = str(Path(stream.table).with_name("other"))
     write_deltalake(other, arrow_schema(KAFKA_SCHEMA).empty_table(), partition_by=["topic"])
     with pytest.raises(ValueError, match=r"partitioned by \['topic'\]"):
-        start_delta_stream(events, path=other, checkpoint_location=stream.checkpoint)
+        start_delta_stream(events, DeltaStream(other, stream.checkpoint))
