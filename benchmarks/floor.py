@@ -63,8 +63,10 @@ def floor(bench: Bench, name: str, extra: Sequence[str], steps: int, interval_s:
         return time.time() if peer is not None else cluster.commit(log_topic, topic, ends)
 
     def collect(query: Any) -> None:
-        for progress in query.recentProgress:
-            event = json.loads(progress.json)
+        # the forwarder's numInputRows counts Kafka records (on the direct write path Spark's counts files)
+        reports = ([json.loads(p.json) for p in query.recentProgress] if peer is not None
+                   else bench.forwarder_progress(query))
+        for event in reports:
             events[(event["batchId"], event["timestamp"])] = event
 
     previous = spark.conf.get(NO_DATA_INTERVAL, None)

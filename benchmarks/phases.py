@@ -203,7 +203,7 @@ class Bench:
                 "batches": len(timed), "memory_mib": memory.summary_mib(),
                 "cpu_s": memory.cpu_seconds_by_role(), "batch_ms": [b["durationMs"] for b in timed]}
 
-    def _progress(self, query: Any) -> list[dict[str, Any]]:
+    def forwarder_progress(self, query: Any) -> list[dict[str, Any]]:
         """The forwarder's progress reports, `numInputRows` counting the Kafka records read."""
         assert self.job is not None, "no forwarder phase running"
         return self.job.progress(query)
@@ -211,7 +211,7 @@ class Bench:
     def _progress_until(self, query: Any, batch_id: int | None) -> list[dict[str, Any]]:
         deadline = time.monotonic() + 60
         while True:
-            progress = self._progress(query)
+            progress = self.forwarder_progress(query)
             if batch_id is None or any(p["batchId"] >= batch_id for p in progress) or time.monotonic() > deadline:
                 return progress
             time.sleep(0.05)
@@ -236,7 +236,7 @@ class Bench:
                 latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
                              for offsets, published in steps]
                 elapsed = time.monotonic() - started
-            batches = self._progress(query)
+            batches = self.forwarder_progress(query)
         return {"steps": len(latencies), "p50_s": _percentile(latencies, 50),
                 "p99_s": _percentile(latencies, 99), "max_s": max(latencies),
                 "samples_s": [round(x, 3) for x in latencies], "batch_ms": _median_durations(batches),

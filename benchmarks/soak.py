@@ -234,8 +234,9 @@ def _sleep_until(moment: float, job: JobRun | None) -> None:
 
 
 def _maintenance_passes(directory: Path) -> int:
-    """Maintenance passes the job runs reported in their progress output."""
-    return sum(path.read_text(errors="replace").count("\nmaintenance: ") for path in directory.glob("*.stdout"))
+    """Maintenance passes the job runs reported: the maintenance module's log line, once a pass."""
+    return sum(path.read_text(errors="replace").count("synclib.delta.maintenance: maintenance: ")
+               for pattern in ("*.stdout", "*.stderr") for path in directory.glob(pattern))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
