@@ -198,13 +198,13 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
                     finally:
                         os.kill(broker_pid, signal.SIGCONT)
                 _sleep_until(started + seconds, sampler.job)
-                passes = _maintenance_passes(directory)
                 sampler.job.terminate()
                 sampler.job.wait(120)
             except BaseException:
                 harness.stop_job()
                 raise
         tally = harness.finish(started_monotonic)
+        passes = _maintenance_passes(directory)  # every run's, the final one's too, once all have ended
         if sampler.failure is not None:
             raise RuntimeError("the soak's sampler died: its windows are incomplete") from sampler.failure
         table = DeltaTable(str(directory / "table"))
