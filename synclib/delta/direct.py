@@ -7,7 +7,7 @@ action). Spark carries those rows, not the records, to the sink, whose write tas
 back into add actions (`add_actions`) and whose driver commit is the row path's: the batch's
 one Delta commit, with its application transaction and offsets. A task that fails deletes the
 files it wrote; a task killed or retried after writing, or a speculative duplicate, leaves
-files no commit names (Spark commits one attempt per task), which VACUUM deletes.
+files no commit names (Spark commits one attempt per task), which a full VACUUM deletes.
 """
 
 from __future__ import annotations
