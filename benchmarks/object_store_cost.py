@@ -1,0 +1,223 @@
+"""What a micro-batch costs on an object store: requests per batch by kind and owner, the one-row
+batch floor on S3 beside local disk, and a rough cost per day.
+
+    ./spark-submit.sh jobs/benchmark.py --object-store [--engines delta-rs,delta-spark]
+
+At the config's settings (conf/local.yaml by default) with the table and checkpoint on the S3
+server (S3Proxy, benchmarks/object_store.py), per engine of `--engines`:
+
+1. requests of steady-state one-row micro-batches: the leader releases one event, the forwarder
+   writes it; each step's requests are counted from the server's log, by kind (LIST, GET, HEAD,
+   PUT, POST, DELETE) and by owner (Spark's checkpoint, synclib's files in it, the Delta log,
+   data files), after `WARMUP_BATCHES` untimed ones;
+2. requests while idle (no new events): Spark's triggers keep polling the source, and a trigger
+   with no new offsets runs no batch;
+3. requests of single maintenance passes (the job runs one every `sink.maintenance.interval`),
+   each counted alone with the query stopped: after the batches, again with nothing new, one that
+   writes a Delta log checkpoint (interval 1 for that pass), and one right after the checkpoint;
+4. the one-row floor (benchmarks/floor.py) at the config's trigger on local disk and on S3.
+
+Requests are deterministic, unlike times on a shared machine; the cost per day multiplies them
+by AWS's published S3 Standard request prices (`PRICES`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from benchmarks import floor
+from benchmarks.cluster import PartitionEnds
+from benchmarks.object_store import (
+    DATA_FILES,
+    DELTA_LOG,
+    SPARK_CHECKPOINT,
+    SYNCLIB_FILES,
+    Request,
+    bucket_key,
+    kind,
+    owner,
+)
+from benchmarks.phases import Bench
+from synclib.delta.maintenance import PassReport
+from synclib.settings import ForwarderConfig
+
+KINDS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
+OWNERS = (SPARK_CHECKPOINT, SYNCLIB_FILES, DELTA_LOG, DATA_FILES)
+# USD per 1,000 requests, AWS S3 Standard, US East (N. Virginia), https://aws.amazon.com/s3/pricing/
+# as published on 2026-11-26: PUT, COPY, POST, LIST 0.005; GET, SELECT and all other 0.0004;
+# DELETE free (a multi-object delete, POST ?delete, counted as DELETE)
+PRICES = {"LIST": 0.005, "PUT": 0.005, "POST": 0.005, "GET": 0.0004, "HEAD": 0.0004, "DELETE": 0.0}
+PRICE_SOURCE = "AWS S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing, 2026-11-26"
+WARMUP_BATCHES = 3  # the first batches create the table and read the checkpoint's metadata
+DAY_S = 86_400.0
+MAINTENANCE = "maintenance"
+
+
+def tally(requests: Sequence[Request], table: str, checkpoint: str,
+          as_owner: str | None = None) -> dict[str, Counter[str]]:
+    """owner -> kind -> count; `as_owner` puts every request under one owner (a maintenance pass)."""
+    counts: dict[str, Counter[str]] = {}
+    for request in requests:
+        counts.setdefault(as_owner or owner(request, table, checkpoint), Counter())[kind(request)] += 1
+    return counts
+
+
+def per_unit(counts: Mapping[str, Mapping[str, int]], units: float) -> dict[str, dict[str, float]]:
+    return {who: {k: round(n / units, 2) for k, n in by_kind.items()} for who, by_kind in counts.items()}
+
+
+def dollars(counts: Mapping[str, Mapping[str, float]]) -> float:
+    """What these requests cost at `PRICES`."""
+    return sum(n * PRICES[k] / 1000 for by_kind in counts.values() for k, n in by_kind.items())
+
+
+def cost_per_day(batch: Mapping[str, Mapping[str, float]], idle_per_s: Mapping[str, Mapping[str, float]],
+                 busy_pass: Mapping[str, Mapping[str, float]], idle_pass: Mapping[str, Mapping[str, float]],
+                 batches_per_s: float, maintenance_interval_s: float) -> dict[str, float]:
+    """USD per day of a job that writes a batch every trigger all day (busy) and of one that gets
+    no event all day (idle), maintenance passes included."""
+    passes = DAY_S / maintenance_interval_s
+    return {"busy_usd": round(DAY_S * batches_per_s * dollars(batch) + passes * dollars(busy_pass), 2),
+            "idle_usd": round(DAY_S * dollars(idle_per_s) + passes * dollars(idle_pass), 2),
+            "batches_per_day": round(DAY_S * batches_per_s), "passes_per_day": round(passes)}
+
+
+def _pass_function(spark: Any, config: ForwarderConfig,
+                   checkpoint_interval: int | None = None) -> Callable[[], PassReport]:
+    """One maintenance pass as the job runs it for the config's engine."""
+    from synclib.delta import maintenance, spark_maintenance
+    from synclib.delta.writer import resolve_engine
+    from synclib.settings.values import DELTA_SPARK
+
+    options = config.sink.maintenance
+    if checkpoint_interval is not None:
+        options = options.model_copy(update={"checkpoint_interval": checkpoint_interval})
+    if resolve_engine(spark, config.sink.engine) == DELTA_SPARK:
+        return lambda: spark_maintenance.run_pass(spark, config.sink.path, options)
+    return lambda: maintenance.run_pass(config.sink.path, options)
+
+
+def _wait_for_progress(bench: Bench, query: Any, batch_id: int | None, timeout_s: float = 60.0) -> None:
+    """Until the query reported batch `batch_id` (its checkpoint commit is written by then)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(p["batchId"] >= (batch_id or 0) for p in bench.forwarder_progress(query)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"batch {batch_id} reported no progress in {timeout_s:.0f}s")
+        time.sleep(0.02)
+
+
+def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) -> dict[str, Any]:
+    """Requests per one-row batch, per idle second and per maintenance pass of `engine` on S3."""
+    store = bench.store
+    assert store is not None, "the cost phase needs the benchmark's S3 server"
+    cluster = bench.cluster
+    name = f"cost-{engine}"
+    topic, log_topic = cluster.topic(name, cluster.partitions), cluster.topic(f"{name}-commit-log", 1)
+    extra = [f"sink.engine={engine}"]
+    config = bench.config(topic, log_topic, name, extra)
+    table, checkpoint = bucket_key(config.sink.path), bucket_key(config.checkpoint.location)
+    producer = cluster.producer(linger_ms=0)
+    ends: PartitionEnds = {}
+    marks: list[int] = []
+    try:
+        with bench.forwarder(topic, log_topic, name, extra) as (query, watcher):
+            for step in range(WARMUP_BATCHES + batches):
+                partition = step % cluster.partitions
+                metadata = producer.send(topic, value=b'{"cost": %d}' % step, partition=partition).get(30)
+                ends = {**ends, partition: metadata.offset + 1}
+                if step >= WARMUP_BATCHES:
+                    marks.append(len(store.log()))
+                cluster.commit(log_topic, topic, ends)
+                commit = watcher.wait_for(topic, ends, query)
+                _wait_for_progress(bench, query, commit.batch_id)
+            marks.append(len(store.log()))
+            time.sleep(idle_s)
+            idle_end = len(store.log())
+            progress = [p for p in bench.forwarder_progress(query) if p["numInputRows"] > 0]
+    finally:
+        producer.close(timeout=5)
+    log = store.log()
+    batch_requests = log[marks[0]:marks[-1]]
+    one_row = [p for p in progress if p["numInputRows"] == 1][-batches:]
+    passes = {}
+    time.sleep(config.sink.maintenance.min_age)  # the batches' files are old enough to compact
+    for label, interval in (("after the batches", None), ("nothing new", None),
+                            ("writing a log checkpoint", 1), ("after the checkpoint", None)):
+        mark = len(store.log())
+        started = time.monotonic()
+        report = _pass_function(spark, config, interval)()
+        passes[label] = {"requests": per_unit(tally(store.log()[mark:], table, checkpoint, MAINTENANCE), 1),
+                         "seconds": round(time.monotonic() - started, 2),
+                         "summary": report.summary()}
+    batch = per_unit(tally(batch_requests, table, checkpoint), batches)
+    idle = per_unit(tally(log[marks[-1]:idle_end], table, checkpoint), idle_s)
+    trigger_s = config.trigger.processing_time
+    batch_s = statistics.median(p["durationMs"]["triggerExecution"] for p in one_row) / 1000 if one_row else trigger_s
+    batches_per_s = 1 / max(trigger_s, batch_s)  # batches run back to back once longer than the trigger
+    return {
+        "batches": batches, "idle_s": idle_s, "trigger_s": trigger_s,
+        "batch_s_p50": round(batch_s, 3), "batches_per_s": round(batches_per_s, 2),
+        "maintenance_interval_s": config.sink.maintenance.interval,
+        "one_row_batch": batch, "idle_per_s": idle, "passes": passes,
+        "cost_per_day": cost_per_day(batch, idle, passes["after the batches"]["requests"],
+                                     passes["nothing new"]["requests"], batches_per_s,
+                                     config.sink.maintenance.interval),
+    }
+
+
+def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: int, idle_s: float,
+        floor_steps: int, floor_interval: float) -> dict[str, Any]:
+    """Per engine: the request counts on S3 and the floor on local disk and on S3."""
+    results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}}
+    for engine in engines:
+        extra = [f"sink.engine={engine}"]
+        results["engines"][engine] = {
+            "requests": measure(spark, s3, engine, batches, idle_s),
+            "floor": {where: floor.floor(bench, f"floor-{where}-{engine}", extra, floor_steps, floor_interval)
+                      for where, bench in (("local", local), ("s3", s3))} if floor_steps else {},
+        }
+    return results
+
+
+def _row(label: str, counts: Mapping[str, Mapping[str, float]], who: str) -> str:
+    by_kind = counts.get(who, {})
+    cells = [f"{by_kind.get(k, 0):g}" for k in KINDS]
+    return f"| {label} | {who} | {' | '.join(cells)} | {sum(by_kind.values()):g} |"
+
+
+def _total(label: str, counts: Mapping[str, Mapping[str, float]]) -> str:
+    total: Counter[str] = Counter()
+    for by_kind in counts.values():
+        total.update({k: round(n, 2) for k, n in by_kind.items()})
+    return _row(label, {"**total**": total}, "**total**") + f" ${dollars(counts) * 1e6:,.0f} per million"
+
+
+def table(results: Mapping[str, Any]) -> list[str]:
+    """One Markdown table: requests per one-row batch, per idle second and per maintenance pass,
+    by owner and kind, per engine; then the cost per day and the floor."""
+    lines = [f"| engine: what | owner | {' | '.join(KINDS)} | all |",
+             "|---|---|" + "---|" * (len(KINDS) + 1)]
+    notes = []
+    for engine, result in results["engines"].items():
+        counts = result["requests"]
+        units = [(f"{engine}: one-row batch", counts["one_row_batch"]),
+                 (f"{engine}: idle, per s", counts["idle_per_s"])]
+        units += [(f"{engine}: maintenance pass, {label}", one["requests"]) for label, one in counts["passes"].items()]
+        for label, unit in units:
+            lines += [_row(label, unit, who) for who in (*OWNERS, MAINTENANCE, "other") if who in unit]
+            lines.append(_total(label, unit))
+        day = counts["cost_per_day"]
+        notes.append(f"{engine}: busy (a one-row batch every {1 / counts['batches_per_s']:.3g} s: trigger "
+                     f"{counts['trigger_s']:g} s, batch p50 {counts['batch_s_p50']:g} s; "
+                     f"{day['batches_per_day']:,} batches/day) ${day['busy_usd']:,.2f}/day; idle "
+                     f"${day['idle_usd']:,.2f}/day; {day['passes_per_day']:,} maintenance passes/day")
+        for where, one in result["floor"].items():
+            ms = one.get("one_row_ms", {})
+            notes.append(f"{engine} floor on {where}: latency p50 {one['latency']['p50_s']:.3f} s, p99 "
+                         f"{one['latency']['p99_s']:.3f} s; one-row batch durationMs median " +
+                         ", ".join(f"{k} {v:g}" for k, v in ms.items()))
+    return [*lines, "", *notes, f"prices: {results['prices']}"]
