@@ -33,7 +33,12 @@ partitions beside Spark's own Kafka source (`report.print_axis`).
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
 Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
 master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
-the executors and their Python workers too.
+the executors and their Python workers too, and the phases' tables and checkpoints live on an
+S3 server (S3Proxy, benchmarks/object_store.py) as a cluster without a shared disk needs.
+
+`--object-store` runs only the object-store phase instead (benchmarks/object_store_cost.py): S3
+requests per one-row batch, idle second and maintenance pass, the floor on S3 beside local disk,
+and the cost per day.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ by AWS's published S3 Standard request prices (`PRICES`).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections import Counter
@@ -44,6 +45,7 @@ from benchmarks.object_store import (
 from benchmarks.phases import Bench
 from synclib.delta.maintenance import PassReport
 from synclib.settings import ForwarderConfig
+from synclib.settings.job import MaintenanceConfig
 
 KINDS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
 OWNERS = (SPARK_CHECKPOINT, SYNCLIB_FILES, DELTA_LOG, DATA_FILES)
@@ -53,6 +55,7 @@ OWNERS = (SPARK_CHECKPOINT, SYNCLIB_FILES, DELTA_LOG, DATA_FILES)
 PRICES = {"LIST": 0.005, "PUT": 0.005, "POST": 0.005, "GET": 0.0004, "HEAD": 0.0004, "DELETE": 0.0}
 PRICE_SOURCE = "AWS S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing, 2026-11-26"
 WARMUP_BATCHES = 3  # the first batches create the table and read the checkpoint's metadata
+AFTER_CHECKPOINT = 3  # batches counted after the maintenance passes
 DAY_S = 86_400.0
 MAINTENANCE = "maintenance"
 
@@ -86,16 +89,13 @@ def cost_per_day(batch: Mapping[str, Mapping[str, float]], idle_per_s: Mapping[s
             "batches_per_day": round(DAY_S * batches_per_s), "passes_per_day": round(passes)}
 
 
-def _pass_function(spark: Any, config: ForwarderConfig,
-                   checkpoint_interval: int | None = None) -> Callable[[], PassReport]:
+def _pass_function(spark: Any, config: ForwarderConfig) -> Callable[[], PassReport]:
     """One maintenance pass as the job runs it for the config's engine."""
     from synclib.delta import maintenance, spark_maintenance
     from synclib.delta.writer import resolve_engine
     from synclib.settings.values import DELTA_SPARK
 
     options = config.sink.maintenance
-    if checkpoint_interval is not None:
-        options = options.model_copy(update={"checkpoint_interval": checkpoint_interval})
     if resolve_engine(spark, config.sink.engine) == DELTA_SPARK:
         return lambda: spark_maintenance.run_pass(spark, config.sink.path, options)
     return lambda: maintenance.run_pass(config.sink.path, options)
@@ -110,8 +110,38 @@ def _wait_for_progress(bench: Bench, query: Any, batch_id: int | None, timeout_s
         time.sleep(0.02)
 
 
+class _Steps:
+    """One-row batches of a running forwarder, one at a time, each step's requests marked."""
+
+    def __init__(self, bench: Bench, topic: str, log_topic: str, query: Any, watcher: Any) -> None:
+        self.bench, self.topic, self.log_topic, self.query, self.watcher = bench, topic, log_topic, query, watcher
+        self.producer = bench.cluster.producer(linger_ms=0)
+        self.ends: PartitionEnds = {}
+        self.sent = 0
+
+    def run(self, count: int) -> list[int]:
+        """`count` one-row batches; the request log's length before each and after the last."""
+        assert self.bench.store is not None
+        marks = []
+        for _ in range(count):
+            partition = self.sent % self.bench.cluster.partitions
+            metadata = self.producer.send(self.topic, value=b'{"cost": %d}' % self.sent,
+                                          partition=partition).get(30)
+            self.sent += 1
+            self.ends = {**self.ends, partition: metadata.offset + 1}
+            marks.append(len(self.bench.store.log()))
+            self.bench.cluster.commit(self.log_topic, self.topic, self.ends)
+            commit = self.watcher.wait_for(self.topic, self.ends, self.query)
+            _wait_for_progress(self.bench, self.query, commit.batch_id)
+        return [*marks, len(self.bench.store.log())]
+
+
 def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) -> dict[str, Any]:
-    """Requests per one-row batch, per idle second and per maintenance pass of `engine` on S3."""
+    """Requests per one-row batch, per idle second and per maintenance pass of `engine` on S3.
+
+    The passes run while the query waits for data, as the job's maintenance thread runs them
+    (an idle query sends no request), each counted alone; then `AFTER_CHECKPOINT` more batches
+    show what a batch costs right after the log checkpoint the first pass writes."""
     store = bench.store
     assert store is not None, "the cost phase needs the benchmark's S3 server"
     cluster = bench.cluster
@@ -120,52 +150,49 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) 
     extra = [f"sink.engine={engine}"]
     config = bench.config(topic, log_topic, name, extra)
     table, checkpoint = bucket_key(config.sink.path), bucket_key(config.checkpoint.location)
-    producer = cluster.producer(linger_ms=0)
-    ends: PartitionEnds = {}
-    marks: list[int] = []
-    try:
-        with bench.forwarder(topic, log_topic, name, extra) as (query, watcher):
-            for step in range(WARMUP_BATCHES + batches):
-                partition = step % cluster.partitions
-                metadata = producer.send(topic, value=b'{"cost": %d}' % step, partition=partition).get(30)
-                ends = {**ends, partition: metadata.offset + 1}
-                if step >= WARMUP_BATCHES:
-                    marks.append(len(store.log()))
-                cluster.commit(log_topic, topic, ends)
-                commit = watcher.wait_for(topic, ends, query)
-                _wait_for_progress(bench, query, commit.batch_id)
-            marks.append(len(store.log()))
+    passes = {}
+    with bench.forwarder(topic, log_topic, name, extra) as (query, watcher):
+        steps = _Steps(bench, topic, log_topic, query, watcher)
+        try:
+            steps.run(WARMUP_BATCHES)
+            marks = steps.run(batches)
             time.sleep(idle_s)
             idle_end = len(store.log())
-            progress = [p for p in bench.forwarder_progress(query) if p["numInputRows"] > 0]
-    finally:
-        producer.close(timeout=5)
+            time.sleep(config.sink.maintenance.min_age)  # the batches' files are old enough to compact
+            for label in ("after the batches", "nothing new"):
+                mark = len(store.log())
+                started = time.monotonic()
+                report = _pass_function(spark, config)()
+                passes[label] = {"requests": per_unit(tally(store.log()[mark:], table, checkpoint, MAINTENANCE), 1),
+                                 "seconds": round(time.monotonic() - started, 2), "summary": report.summary()}
+            after = steps.run(AFTER_CHECKPOINT)
+        finally:
+            steps.producer.close(timeout=5)
+        progress = [p for p in bench.forwarder_progress(query) if p["numInputRows"] == 1]
     log = store.log()
-    batch_requests = log[marks[0]:marks[-1]]
-    one_row = [p for p in progress if p["numInputRows"] == 1][-batches:]
-    passes = {}
-    time.sleep(config.sink.maintenance.min_age)  # the batches' files are old enough to compact
-    for label, interval in (("after the batches", None), ("nothing new", None),
-                            ("writing a log checkpoint", 1), ("after the checkpoint", None)):
-        mark = len(store.log())
-        started = time.monotonic()
-        report = _pass_function(spark, config, interval)()
-        passes[label] = {"requests": per_unit(tally(store.log()[mark:], table, checkpoint, MAINTENANCE), 1),
-                         "seconds": round(time.monotonic() - started, 2),
-                         "summary": report.summary()}
-    batch = per_unit(tally(batch_requests, table, checkpoint), batches)
+    batch = per_unit(tally(log[marks[0]:marks[-1]], table, checkpoint), batches)
     idle = per_unit(tally(log[marks[-1]:idle_end], table, checkpoint), idle_s)
+
+    def by_step(step_marks: Sequence[int]) -> list[dict[str, Counter[str]]]:
+        return [tally(log[start:end], table, checkpoint) for start, end in itertools.pairwise(step_marks)]
+
     trigger_s = config.trigger.processing_time
-    batch_s = statistics.median(p["durationMs"]["triggerExecution"] for p in one_row) / 1000 if one_row else trigger_s
-    batches_per_s = 1 / max(trigger_s, batch_s)  # batches run back to back once longer than the trigger
+    one_row = progress[WARMUP_BATCHES:WARMUP_BATCHES + batches]
+    batch_s = statistics.median(p["durationMs"]["triggerExecution"] for p in one_row) / 1000 if one_row else 0.0
     return {
-        "batches": batches, "idle_s": idle_s, "trigger_s": trigger_s,
-        "batch_s_p50": round(batch_s, 3), "batches_per_s": round(batches_per_s, 2),
+        "batches": batches, "idle_s": idle_s, "trigger_s": trigger_s, "batch_s_p50": round(batch_s, 3),
         "maintenance_interval_s": config.sink.maintenance.interval,
         "one_row_batch": batch, "idle_per_s": idle, "passes": passes,
-        "cost_per_day": cost_per_day(batch, idle, passes["after the batches"]["requests"],
-                                     passes["nothing new"]["requests"], batches_per_s,
-                                     config.sink.maintenance.interval),
+        # per batch in order: a batch costs more as the log grows since its last checkpoint
+        "steps_all": [sum(sum(by_kind.values()) for by_kind in step.values()) for step in by_step(marks)],
+        "steps_delta_log_get": [step.get(DELTA_LOG, Counter())["GET"] for step in by_step(marks)],
+        "after_checkpoint_delta_log_get": [step.get(DELTA_LOG, Counter())["GET"] for step in by_step(after)],
+        # a batch every trigger all day (the most a busy job runs), maintenance at the config's
+        # interval and at the settings model's (production) default
+        "cost_per_day": {f"maintenance every {interval:g} s": cost_per_day(
+            batch, idle, passes["after the batches"]["requests"], passes["nothing new"]["requests"],
+            1 / trigger_s, interval)
+            for interval in dict.fromkeys((config.sink.maintenance.interval, MaintenanceConfig().interval))},
     }
 
 
@@ -210,11 +237,14 @@ def table(results: Mapping[str, Any]) -> list[str]:
         for label, unit in units:
             lines += [_row(label, unit, who) for who in (*OWNERS, MAINTENANCE, "other") if who in unit]
             lines.append(_total(label, unit))
-        day = counts["cost_per_day"]
-        notes.append(f"{engine}: busy (a one-row batch every {1 / counts['batches_per_s']:.3g} s: trigger "
-                     f"{counts['trigger_s']:g} s, batch p50 {counts['batch_s_p50']:g} s; "
-                     f"{day['batches_per_day']:,} batches/day) ${day['busy_usd']:,.2f}/day; idle "
-                     f"${day['idle_usd']:,.2f}/day; {day['passes_per_day']:,} maintenance passes/day")
+        for maintenance, day in counts["cost_per_day"].items():
+            notes.append(f"{engine}, {maintenance}: busy (a one-row batch every trigger, {counts['trigger_s']:g} s; "
+                         f"{day['batches_per_day']:,} batches/day) ${day['busy_usd']:,.2f}/day; idle "
+                         f"${day['idle_usd']:,.2f}/day; {day['passes_per_day']:,} maintenance passes/day")
+        notes.append(f"{engine}: requests of each counted batch in order {counts['steps_all']} (batch p50 "
+                     f"{counts['batch_s_p50']:g} s); their Delta log GETs {counts['steps_delta_log_get']}, "
+                     f"after the passes' log checkpoint {counts['after_checkpoint_delta_log_get']}")
+        notes += [f"{engine}: maintenance pass {label}: {one['summary']}" for label, one in counts["passes"].items()]
         for where, one in result["floor"].items():
             ms = one.get("one_row_ms", {})
             notes.append(f"{engine} floor on {where}: latency p50 {one['latency']['p50_s']:.3f} s, p99 "
