@@ -213,21 +213,22 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
 def _row(label: str, counts: Mapping[str, Mapping[str, float]], who: str) -> str:
     by_kind = counts.get(who, {})
     cells = [f"{by_kind.get(k, 0):g}" for k in KINDS]
-    return f"| {label} | {who} | {' | '.join(cells)} | {sum(by_kind.values()):g} |"
+    return (f"| {label} | {who} | {' | '.join(cells)} | {sum(by_kind.values()):g} | "
+            f"{dollars({who: by_kind}) * 1e6:,.0f} |")
 
 
 def _total(label: str, counts: Mapping[str, Mapping[str, float]]) -> str:
     total: Counter[str] = Counter()
     for by_kind in counts.values():
         total.update({k: round(n, 2) for k, n in by_kind.items()})
-    return _row(label, {"**total**": total}, "**total**") + f" ${dollars(counts) * 1e6:,.0f} per million"
+    return _row(label, {"**total**": total}, "**total**")
 
 
 def table(results: Mapping[str, Any]) -> list[str]:
     """One Markdown table: requests per one-row batch, per idle second and per maintenance pass,
     by owner and kind, per engine; then the cost per day and the floor."""
-    lines = [f"| engine: what | owner | {' | '.join(KINDS)} | all |",
-             "|---|---|" + "---|" * (len(KINDS) + 1)]
+    lines = [f"| engine: what | owner | {' | '.join(KINDS)} | all | USD per million |",
+             "|---|---|" + "---|" * (len(KINDS) + 2)]
     notes = []
     for engine, result in results["engines"].items():
         counts = result["requests"]
