@@ -250,7 +250,8 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             results["object_store"] = object_store_cost.run(
                 spark, bench, Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid,
                                     broker_pid, roots, **on_s3),
-                args.engines, args.cost_batches, args.cost_idle, args.floor_steps, args.floor_interval)
+                args.engines, args.cost_batches, args.cost_idle, args.floor_steps, args.floor_interval,
+                _attempt, lambda partial: save({**results, "object_store": partial}))
             results["environment"]["load_avg_end"] = os.getloadavg()
             return results
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},

@@ -47,6 +47,7 @@ from synclib.delta.maintenance import PassReport
 from synclib.settings import ForwarderConfig
 from synclib.settings.job import MaintenanceConfig
 
+Attempt = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]  # benchmark._attempt
 KINDS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
 OWNERS = (SPARK_CHECKPOINT, SYNCLIB_FILES, DELTA_LOG, DATA_FILES)
 # USD per 1,000 requests, AWS S3 Standard, US East (N. Virginia), https://aws.amazon.com/s3/pricing/
@@ -197,16 +198,21 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) 
 
 
 def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: int, idle_s: float,
-        floor_steps: int, floor_interval: float) -> dict[str, Any]:
-    """Per engine: the request counts on S3 and the floor on local disk and on S3."""
+        floor_steps: int, floor_interval: float, attempt: Attempt,
+        save: Callable[[Mapping[str, Any]], None]) -> dict[str, Any]:
+    """Per engine: the request counts on S3 and the floor on local disk and on S3; each part
+    through `attempt` (a failure is reported, the other parts' numbers stay) and saved when done."""
     results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}}
     for engine in engines:
         extra = [f"sink.engine={engine}"]
-        results["engines"][engine] = {
-            "requests": measure(spark, s3, engine, batches, idle_s),
-            "floor": {where: floor.floor(bench, f"floor-{where}-{engine}", extra, floor_steps, floor_interval)
-                      for where, bench in (("local", local), ("s3", s3))} if floor_steps else {},
-        }
+        result: dict[str, Any] = {"floor": {}}
+        results["engines"][engine] = result
+        result["requests"] = attempt(f"{engine} requests", lambda e=engine: measure(spark, s3, e, batches, idle_s))
+        save(results)
+        for where, bench in (("local", local), ("s3", s3)) if floor_steps else ():
+            result["floor"][where] = attempt(f"{engine} floor on {where}", lambda b=bench, w=where, e=engine, x=extra:
+                                             floor.floor(b, f"floor-{w}-{e}", x, floor_steps, floor_interval))
+            save(results)
     return results
 
 
@@ -232,6 +238,11 @@ def table(results: Mapping[str, Any]) -> list[str]:
     notes = []
     for engine, result in results["engines"].items():
         counts = result["requests"]
+        if "error" in counts:
+            notes.append(f"{engine}: requests not counted: {counts['error']}")
+            counts = {"one_row_batch": {}, "idle_per_s": {}, "passes": {}, "cost_per_day": {},
+                      "trigger_s": 0, "batch_s_p50": 0, "steps_all": [], "steps_delta_log_get": [],
+                      "after_checkpoint_delta_log_get": []}
         units = [(f"{engine}: one-row batch", counts["one_row_batch"]),
                  (f"{engine}: idle, per s", counts["idle_per_s"])]
         units += [(f"{engine}: maintenance pass, {label}", one["requests"]) for label, one in counts["passes"].items()]
@@ -247,6 +258,9 @@ def table(results: Mapping[str, Any]) -> list[str]:
                      f"after the passes' log checkpoint {counts['after_checkpoint_delta_log_get']}")
         notes += [f"{engine}: maintenance pass {label}: {one['summary']}" for label, one in counts["passes"].items()]
         for where, one in result["floor"].items():
+            if "error" in one:
+                notes.append(f"{engine} floor on {where}: {one['error']}")
+                continue
             ms = one.get("one_row_ms", {})
             notes.append(f"{engine} floor on {where}: latency p50 {one['latency']['p50_s']:.3f} s, p99 "
                          f"{one['latency']['p99_s']:.3f} s; one-row batch durationMs median " +
