@@ -137,7 +137,7 @@ class _Steps:
         return [*marks, len(self.bench.store.log())]
 
 
-def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) -> dict[str, Any]:
+def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float, suffix: str = "") -> dict[str, Any]:
     """Requests per one-row batch, per idle second and per maintenance pass of `engine` on S3.
 
     The passes run while the query waits for data, as the job's maintenance thread runs them
@@ -146,7 +146,7 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float) 
     store = bench.store
     assert store is not None, "the cost phase needs the benchmark's S3 server"
     cluster = bench.cluster
-    name = f"cost-{engine}"
+    name = f"cost-{engine}{suffix}"
     topic, log_topic = cluster.topic(name, cluster.partitions), cluster.topic(f"{name}-commit-log", 1)
     extra = [f"sink.engine={engine}"]
     config = bench.config(topic, log_topic, name, extra)
@@ -202,16 +202,26 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
         save: Callable[[Mapping[str, Any]], None]) -> dict[str, Any]:
     """Per engine: the request counts on S3 and the floor on local disk and on S3; each part
     through `attempt` (a failure is reported, the other parts' numbers stay) and saved when done."""
+    def twice(what: str, part: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        """`part(suffix of its names)`, once more if it fails (on a loaded machine a Python worker
+        can fail to connect back in time); the first failure is kept in the result."""
+        first = attempt(what, lambda: part(""))
+        if "error" not in first:
+            return first
+        return {**attempt(f"{what}, again", lambda: part("-again")), "first_error": first["error"]}
+
     results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}}
     for engine in engines:
         extra = [f"sink.engine={engine}"]
         result: dict[str, Any] = {"floor": {}}
         results["engines"][engine] = result
-        result["requests"] = attempt(f"{engine} requests", lambda e=engine: measure(spark, s3, e, batches, idle_s))
+        result["requests"] = twice(f"{engine} requests", lambda suffix, e=engine: measure(
+            spark, s3, e, batches, idle_s, suffix))
         save(results)
         for where, bench in (("local", local), ("s3", s3)) if floor_steps else ():
-            result["floor"][where] = attempt(f"{engine} floor on {where}", lambda b=bench, w=where, e=engine, x=extra:
-                                             floor.floor(b, f"floor-{w}-{e}", x, floor_steps, floor_interval))
+            result["floor"][where] = twice(
+                f"{engine} floor on {where}", lambda suffix, b=bench, w=where, e=engine, x=extra:
+                floor.floor(b, f"floor-{w}-{e}{suffix}", x, floor_steps, floor_interval))
             save(results)
     return results
 
