@@ -50,11 +50,11 @@ from synclib.settings.job import MaintenanceConfig
 Attempt = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]  # benchmark._attempt
 KINDS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
 OWNERS = (SPARK_CHECKPOINT, SYNCLIB_FILES, DELTA_LOG, DATA_FILES)
-# USD per 1,000 requests, AWS S3 Standard, US East (N. Virginia), https://aws.amazon.com/s3/pricing/
-# as published on 2026-11-26: PUT, COPY, POST, LIST 0.005; GET, SELECT and all other 0.0004;
-# DELETE free (a multi-object delete, POST ?delete, counted as DELETE)
+# USD per 1,000 requests: AWS's published S3 Standard prices for US East (N. Virginia)
+# (aws.amazon.com/s3/pricing) as of 2026-11-26, not re-read from the page: PUT, COPY, POST, LIST
+# 0.005; GET, SELECT and all other 0.0004; DELETE free (a multi-object delete, POST ?delete, too)
 PRICES = {"LIST": 0.005, "PUT": 0.005, "POST": 0.005, "GET": 0.0004, "HEAD": 0.0004, "DELETE": 0.0}
-PRICE_SOURCE = "AWS S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing, 2026-11-26"
+PRICE_SOURCE = "AWS S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing, as of 2026-11-26"
 WARMUP_BATCHES = 3  # the first batches create the table and read the checkpoint's metadata
 AFTER_CHECKPOINT = 3  # batches counted after the maintenance passes
 DAY_S = 86_400.0
