@@ -281,20 +281,20 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                     print(f"Spark's Kafka source -> delta-rs, floor at trigger {t}: "
                           f"{report.floor_line(results['floor_spark_kafka'][t])}", flush=True)
                 save(results)
-        if settings.memory_scale:
-            phases = {}
-            for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
-                memory_topic, memory_ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale,
-                                                            settings.value_bytes)
-                phases[label] = bench.throughput(memory_topic, memory_ends, f"memory-{label}", engine_sets[primary])
-            results["memory"] = _memory(phases)
+        if settings.memory_scale:  # a failure (say, Spark's Python worker at a high load) loses only this phase
+            memory = _attempt("memory phase", lambda: _memory(bench, cluster, settings, engine_sets[primary]))
+            results["memory_error" if "error" in memory else "memory"] = memory
     results["environment"]["load_avg_end"] = os.getloadavg()
     results["targets"] = report.targets(results)
     return results
 
 
-def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Peak RSS per role at N and at the larger backlog, and their ratio."""
+def _memory(bench: Bench, cluster: Cluster, settings: Settings, overrides: Sequence[str]) -> dict[str, Any]:
+    """The forwarder on a backlog of N and of `memory_scale` N: peak RSS per role at each, and their ratio."""
+    phases = {}
+    for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
+        topic, ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale, settings.value_bytes)
+        phases[label] = bench.throughput(topic, ends, f"memory-{label}", overrides)
     (_, at_n), (_, at_large) = phases.items()
     return {
         "rows": {label: phase["rows"] for label, phase in phases.items()},
