@@ -27,8 +27,9 @@ with the given config (default conf/local.yaml), trigger and batch sizing includ
 
 With several `--partitions` (e.g. 4,64,256,1024) the whole benchmark runs once per partition
 count, with the same total backlog (`--messages` per partition at the first count) and the same
-event rate spread over all partitions, and ends with one table of how each figure grows with
-partitions beside Spark's own Kafka source (`report.print_axis`).
+event rate spread over all partitions (the warm-up pass at the first count only), and ends with
+one table of how each figure grows with partitions beside Spark's own Kafka source
+(`report.print_axis`).
 
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
 Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
@@ -317,20 +318,20 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                     print(f"Spark's Kafka source -> delta-rs, floor at trigger {t}: "
                           f"{report.floor_line(results['floor_spark_kafka'][t])}", flush=True)
                 save(results)
-        if settings.memory_scale:
-            phases = {}
-            for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
-                memory_topic, memory_ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale,
-                                                            settings.value_bytes)
-                phases[label] = bench.throughput(memory_topic, memory_ends, f"memory-{label}", engine_sets[primary])
-            results["memory"] = _memory(phases)
+        if settings.memory_scale:  # a failure (say, Spark's Python worker at a high load) loses only this phase
+            memory = _attempt("memory phase", lambda: _memory(bench, cluster, settings, engine_sets[primary]))
+            results["memory_error" if "error" in memory else "memory"] = memory
     results["environment"]["load_avg_end"] = os.getloadavg()
     results["targets"] = report.targets(results)
     return results
 
 
-def _memory(phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Peak RSS per role at N and at the larger backlog, and their ratio."""
+def _memory(bench: Bench, cluster: Cluster, settings: Settings, overrides: Sequence[str]) -> dict[str, Any]:
+    """The forwarder on a backlog of N and of `memory_scale` N: peak RSS per role at each, and their ratio."""
+    phases = {}
+    for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
+        topic, ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale, settings.value_bytes)
+        phases[label] = bench.throughput(topic, ends, f"memory-{label}", overrides)
     (_, at_n), (_, at_large) = phases.items()
     return {
         "rows": {label: phase["rows"] for label, phase in phases.items()},
@@ -407,13 +408,17 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
 def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:
     """Per partition count of the axis, the arguments of its run: the first count's total backlog
     (and memory-phase backlog) spread over its partitions, and a work directory of its own (the
-    phases' checkpoints are named alike in every count)."""
+    phases' checkpoints are named alike in every count). Only the first count makes the untimed
+    warm-up pass: the later counts run in the same warm JVM and Python workers, and Spark's Kafka
+    source makes a task per Kafka partition, so a warm-up at 1,024 partitions took longer than
+    the measured passes (it outlasted an 18-minute run)."""
     first = args.partition_axis[0]
     return [(count, argparse.Namespace(**{
         **vars(args), "partitions": count, "messages": max(10, args.messages * first // count),
         "memory_messages": max(1, args.memory_messages * first // count),
+        "warmup_run": args.warmup_run and index == 0,
         "workdir": args.workdir and os.path.join(args.workdir, f"partitions-{count}")}))
-        for count in args.partition_axis]
+        for index, count in enumerate(args.partition_axis)]
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
