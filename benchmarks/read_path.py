@@ -9,7 +9,8 @@ one-node Apache Kafka.
 One task reads `--range-rows` rows (default: all) of each of `--partitions` partitions holding
 `--messages` each, as a micro-batch behind the leader does. Prints rows/s, the task's wall time,
 CPU per row (this process: the reading thread and kafka-python's I/O thread) and the record bytes
-the task decoded per run, after one untimed read (consumer connected, fast-path self-check done);
+the task decoded per run (with `--compare-unsized`, then the same with every fetch at the
+configured limits), after one untimed read (consumer connected, fast-path self-check done);
 under py-spy, the samples under `read` show where the CPU per row goes.
 """
 
@@ -21,12 +22,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from unittest import mock
 
 from kafka import KafkaProducer
 
 from benchmarks.cluster import event_values
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.simulation import send_ending_single
+from synclib.kafka import reader
 from synclib.kafka.reader import KafkaInputPartition, OffsetRange, cached_consumer, read_partition
 from synclib.schema import KAFKA_SCHEMA
 
@@ -63,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the producer's batch size (a few hundred: a batch per record, as a live producer "
                         "spread over hundreds of partitions writes)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--compare-unsized", action="store_true",
+                        help="after each run, the same task with every fetch at the configured limits (4 MiB)")
     args = parser.parse_args(argv)
     rows = args.range_rows or args.messages
     with ExitStack() as stack:
@@ -81,13 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         read(bootstrap, args.partitions, rows)  # untimed: connection, self-check
         consumer = cached_consumer({"bootstrap_servers": [bootstrap]})
         for run in range(1, args.runs + 1):
-            cpu, wall, fetched = time.process_time(), time.perf_counter(), consumer.fetched_bytes
-            read(bootstrap, args.partitions, rows)
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            total = args.partitions * rows
-            print(f"run {run}: {total / wall:,.0f} rows/s, task {wall * 1000:.0f} ms, "
-                  f"{cpu / total * 1e6:.2f} us CPU/row ({cpu * 1000:.0f} ms), "
-                  f"{(consumer.fetched_bytes - fetched) / 2**20:.2f} MiB decoded", flush=True)
+            for sized in (True, False) if args.compare_unsized else (True,):
+                with ExitStack() as unsized:
+                    if not sized:  # every fetch at the configured limits, as before the sizing
+                        unsized.enter_context(mock.patch.object(reader, "_size_fetches", lambda *_: None))
+                        consumer.size_fetches(*consumer.limits)
+                    cpu, wall, fetched = time.process_time(), time.perf_counter(), consumer.fetched_bytes
+                    read(bootstrap, args.partitions, rows)
+                    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                total = args.partitions * rows
+                print(f"run {run}{'' if sized else ' unsized'}: {total / wall:,.0f} rows/s, task {wall * 1000:.0f} ms, "
+                      f"{cpu / total * 1e6:.2f} us CPU/row ({cpu * 1000:.0f} ms), "
+                      f"{(consumer.fetched_bytes - fetched) / 2**20:.2f} MiB decoded", flush=True)
     return 0
 
 
