@@ -11,7 +11,9 @@ Two writers, chosen by `engine`:
 
 - `delta-rs`: a PySpark Python streaming data source (format `synclib_delta`). Executor
   tasks write Parquet files into the table directory in parallel; the driver commits all
-  their add actions in one Delta commit with the `deltalake` package.
+  their add actions in one Delta commit with the `deltalake` package. On the direct write
+  path the source's read tasks write the files and `DirectBatchCommit` (`foreachBatch`)
+  collects their add actions and makes the same commit in the driver.
 - `delta-spark`: Spark's native Delta writer in `foreachBatch`, with the idempotent-write
   options `txnAppId`/`txnVersion` and the same metadata as JSON in `userMetadata`.
 """
