@@ -11,7 +11,9 @@ Two writers, chosen by `engine`:
 
 - `delta-rs`: a PySpark Python streaming data source (format `synclib_delta`). Executor
   tasks write Parquet files into the table directory in parallel; the driver commits all
-  their add actions in one Delta commit with the `deltalake` package.
+  their add actions in one Delta commit with the `deltalake` package. On the direct write
+  path the source's read tasks write the files and `DirectBatchCommit` (`foreachBatch`)
+  collects their add actions and makes the same commit in the driver.
 - `delta-spark`: Spark's native Delta writer in `foreachBatch`, with the idempotent-write
   options `txnAppId`/`txnVersion` and the same metadata as JSON in `userMetadata`.
 """
@@ -139,33 +141,28 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                                           for f in m.files])
 
 
-class DirectStreamWriter(DeltaStreamWriter):
-    """The direct write path's sink (`synclib.delta.direct`): the rows are the add actions of
-    the files the read tasks wrote; `commit` is the row path's. `schema` is the table's."""
+class DirectBatchCommit:
+    """The direct write path's sink (`synclib.delta.direct`), a `foreachBatch` function: the
+    batch's rows are the add actions of the files its read tasks wrote; they are collected to
+    the driver and committed there by the row path's `commit`. No sink task and no Python
+    process for the commit: a one-row batch costs one Python worker instead of three."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
-        files: list[AddAction] = []
-        try:
-            for batch in iterator:
-                files.extend(direct.add_actions([batch]))
-        except BaseException:
-            parquet.delete_files(self._path, files)
-            raise
-        return AddedFiles(files)
+    def __init__(self, writer: DeltaStreamWriter) -> None:
+        self._writer = writer
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self._writer.commit([AddedFiles(direct.add_actions(batch.toArrow().to_batches()))], batch_id)
 
 
 class DeltaSink(DataSource):
-    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list);
-    `tableSchema` (Spark's JSON) when the rows are the direct write path's add actions."""
+    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list),
+    `logCheckpoints`."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DeltaStreamWriter:
-        table_schema = self.options.get("tableSchema")
-        if table_schema:
-            return DirectStreamWriter(StructType.fromJson(json.loads(table_schema)), self.options)
         return DeltaStreamWriter(schema, self.options)
 
 
@@ -336,15 +333,13 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream,
         fit_delta_to_local_master(spark)
         batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by)
         return stream.writer(df).foreachBatch(batch_writer).start()
-    spark.dataSource.register(DeltaSink)
+    options = {"path": table_path, "checkpointLocation": stream.checkpoint,
+               "partitionBy": json.dumps(partition_by), "logCheckpoints": str(stream.log_checkpoints).lower()}
     if direct is not None:
         files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
-        writer = stream.writer(files).option("tableSchema", df.schema.json())
-    else:
-        writer = stream.writer(df)
-    return (writer.format(FORMAT).option("path", table_path)
-            .option("partitionBy", json.dumps(partition_by))
-            .option("logCheckpoints", str(stream.log_checkpoints).lower()).start())
+        return stream.writer(files).foreachBatch(DirectBatchCommit(DeltaStreamWriter(df.schema, options))).start()
+    spark.dataSource.register(DeltaSink)
+    return stream.writer(df).format(FORMAT).options(**options).start()
 
 
 def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:
