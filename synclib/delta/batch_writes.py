@@ -46,7 +46,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 
 class DeltaBatchSink(DataSource):
     """Format `synclib_delta_batch`: options `path`, `checkpointLocation`, `batchId`,
-    `partitionBy` (JSON list), `logCheckpoints`."""
+    `partitionBy` (JSON list), `logCheckpoints`, `runId`."""
 
     @classmethod
     def name(cls) -> str:
@@ -65,6 +65,7 @@ class DeltaTarget:
     checkpoint: str
     partition_by: tuple[str, ...] = ()
     log_checkpoints: bool = True
+    run_id: str | None = None  # as `DeltaStream.run_id`
 
     def done(self, app_id: str, batch_id: int) -> bool:
         """Whether the table holds batch `batch_id` of `app_id`."""
@@ -73,9 +74,10 @@ class DeltaTarget:
 
     def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
         if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
-            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by)(df, batch_id)
+            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by, self.run_id)(df, batch_id)
             return
-        (df.write.format(BATCH_FORMAT).mode("append")
+        writer = df.write.option("runId", self.run_id) if self.run_id else df.write
+        (writer.format(BATCH_FORMAT).mode("append")
          .option("path", self.path).option("checkpointLocation", self.checkpoint)
          .option("batchId", str(batch_id)).option("partitionBy", json.dumps(list(self.partition_by)))
          .option("logCheckpoints", str(self.log_checkpoints).lower()).save())
