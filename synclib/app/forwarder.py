@@ -85,9 +85,6 @@ class Forwarder:
             status_path = os.path.join(status_dir, "status.json")
             if stop.event.is_set():
                 return self._finish(status_path, f"{stop.reason} before the query started")
-            # Before the query starts: a run still writing to this checkpoint stops at its next batch.
-            start_run(self.config.checkpoint.location, self.run_marker)
-            logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
             query = self.start(spark, bootstrap, status_path)
             resources.enter_context(self._maintenance(spark))
             return self._watch(spark, query, stop, run_for, status_path)
@@ -113,7 +110,10 @@ class Forwarder:
         return options
 
     def start(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
-        """Start the query: the `synchronized_kafka` source, the transform, the Delta sink."""
+        """Start the query: the `synchronized_kafka` source, the transform, the Delta sink; first
+        this run's marker, so that a run still writing to the checkpoint stops at its next batch."""
+        start_run(self.config.checkpoint.location, self.run_marker)
+        logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
         register(spark)
         options = self.source_options(bootstrap, status_path)
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
