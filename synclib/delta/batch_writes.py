@@ -19,8 +19,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from synclib import spark_checkpoint
 from synclib.delta.table import current_table, holds_batch
-from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter
+from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, check_replay
 from synclib.settings.values import DELTA_SPARK
 
 BATCH_FORMAT = "synclib_delta_batch"
@@ -68,9 +69,13 @@ class DeltaTarget:
     run_id: str | None = None  # as `DeltaStream.run_id`
 
     def done(self, app_id: str, batch_id: int) -> bool:
-        """Whether the table holds batch `batch_id` of `app_id`."""
+        """Whether the table holds batch `batch_id` of `app_id` (then with the end offsets the
+        checkpoint gives it: `check_replay`)."""
         table = current_table(self.path)
-        return table is not None and holds_batch(table, app_id, batch_id)
+        if table is None or not holds_batch(table, app_id, batch_id):
+            return False
+        check_replay(table, self.path, app_id, batch_id, spark_checkpoint.batch_offsets(self.checkpoint, batch_id))
+        return True
 
     def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
         if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
