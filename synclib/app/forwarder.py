@@ -32,7 +32,7 @@ from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
 from synclib.delta.writer import DeltaStream, resolve_engine, start_delta_stream
-from synclib.embedded.world import EmbeddedWorld
+from synclib.embedded.default_world import EmbeddedWorld
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
@@ -295,6 +295,7 @@ def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:
         event_bytes=embedded.event_bytes,
         leader_lag=embedded.leader_lag,
         leader_commit_interval=embedded.leader_commit_interval,
+        log_level=config.logging.level,
     )
     logger.info("embedded world: broker, producer at %s events/s, leader %r lagging %.1fs",
                 embedded.events_per_second, config.source.commit_groups[0], embedded.leader_lag)

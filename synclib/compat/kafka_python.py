@@ -10,6 +10,8 @@ partition into records. That needs kafka-python internals, all of them used here
   `next_fetch_offset`, `check_crcs`, `isolation_level`, ...);
 - a v2 record batch's decompressed record bytes (`DefaultRecordBatch._buffer` from `_pos`,
   once iterating has decompressed it);
+- the fetcher's copy of the consumer's configuration (`Fetcher.config`): a read task sizes its
+  fetches (`max_partition_fetch_bytes`, `fetch_max_bytes`) to the rows it still has to read;
 - kafka-python's own parser on raw bytes (constructing `Fetcher.PartitionRecords`) and its
   record builder (`MemoryRecordsBuilder`, plus the header layout of a v2 batch to make
   transaction markers): the start-up self-check and the tests use them.
@@ -224,6 +226,17 @@ def install(consumer: KafkaConsumer, partition_records: type) -> str | None:
         return "kafka-python's consumer has no fetcher with a PartitionRecords class"
     fetcher.PartitionRecords = partition_records
     return None
+
+
+def set_fetch_sizes(consumer: KafkaConsumer, partition_bytes: int, total_bytes: int) -> bool:
+    """Make `consumer`'s next fetch requests ask for at most `partition_bytes` per partition and
+    `total_bytes` in all: kafka-python reads both from its fetcher's copy of the configuration each
+    time it builds a request. False (nothing changed) if the consumer has no such fetcher."""
+    config = getattr(getattr(consumer, "_fetcher", None), "config", None)
+    if not isinstance(config, dict) or not {"max_partition_fetch_bytes", "fetch_max_bytes"} <= config.keys():
+        return False
+    config["max_partition_fetch_bytes"], config["fetch_max_bytes"] = partition_bytes, total_bytes
+    return True
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 `EventProducer` produces Sentry-like JSON events at a target rate; `produce_backlog`
 fills a topic fast for benchmarks; `SimulatedLeader` (`synclib.embedded.leader`) is a real
 consumer group member (think Snuba) that commits what it consumed at least `lag` seconds ago
-and publishes each commit to the commit-log topic. `EmbeddedWorld` runs both on a local
-broker. Every produce burst ends each partition with a single-record batch: the embedded
-broker reports the exact high watermark only then (`send_ending_single`).
+and publishes each commit to the commit-log topic. `simulate` starts both on a running broker
+(the embedded default runs it in a process of its own: `synclib.embedded.default_world`).
+Every produce burst ends each partition with a single-record batch: the embedded broker
+reports the exact high watermark only then (`send_ending_single`).
 
 Clients take kafka-python kwargs (as from `synclib.settings.kafka.kafka_client_config`).
 Threads are daemons; `check()` raises `SimulationError` carrying the cause once a thread has died.
@@ -37,6 +38,7 @@ MESSAGES = (
     "KeyError: 'user_id'",
 )
 DEFAULT_PROJECT_IDS = (1, 2, 3, 4, 5)
+MAX_BURST_S = 0.5  # the most events one produce burst sends, in seconds of the producer's rate
 
 
 def make_event(project_id: int, event_bytes: int, rng: random.Random) -> bytes:
@@ -125,9 +127,10 @@ class EventProducer(Worker):
                 due = int(self.rate * (time.monotonic() - started))
                 if self.total is not None:
                     due = min(due, self.total)
-                if due > sent:
-                    self._burst(producer, partitions, sent, due - sent)
-                    sent = due
+                if due > sent:  # a producer that fell behind catches up in bursts: stop() waits for one
+                    count = min(due - sent, max(1, int(self.rate * MAX_BURST_S)))
+                    self._burst(producer, partitions, sent, count)
+                    sent += count
                 self._stopping.wait(self._tick_s)
         finally:
             producer.close(timeout=5)
@@ -166,55 +169,3 @@ def simulate(bootstrap_servers: str, events_topic: str, commit_log_topic: str, p
                              commit_interval=commit_interval).start()
     return producer, leader
 
-
-class EmbeddedWorld:
-    """The embedded default's world: a local broker, the events and commit-log topics, a
-    producer at `events_per_second` and a leader group committing with `leader_lag`."""
-
-    def __init__(
-        self,
-        *,
-        events_topic: str,
-        commit_log_topic: str,
-        leader_group: str,
-        partitions: int,
-        events_per_second: float,
-        event_bytes: int,
-        leader_lag: float,
-        leader_commit_interval: float,
-    ) -> None:
-        from synclib.embedded.broker import EmbeddedBroker
-
-        self.broker = EmbeddedBroker()
-        self.events_topic = events_topic
-        self.commit_log_topic = commit_log_topic
-        self.partitions = partitions
-        self.events_per_second, self.event_bytes = events_per_second, event_bytes
-        self.leader_group, self.leader_lag = leader_group, leader_lag
-        self.leader_commit_interval = leader_commit_interval
-        self.producer: EventProducer | None = None
-        self.leader: SimulatedLeader | None = None
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.broker.bootstrap_servers
-
-    def start(self) -> EmbeddedWorld:
-        self.broker.start()
-        self.producer, self.leader = simulate(
-            self.bootstrap_servers, self.events_topic, self.commit_log_topic, self.partitions,
-            rate=self.events_per_second, event_bytes=self.event_bytes, group=self.leader_group,
-            lag=self.leader_lag, commit_interval=self.leader_commit_interval)
-        return self
-
-    def stop(self) -> None:
-        for worker in (self.producer, self.leader):
-            if worker is not None:
-                worker.stop()
-        self.broker.stop()
-
-    def __enter__(self) -> EmbeddedWorld:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -110,6 +110,18 @@ class RecordsConsumer:
         if problem:
             _warn_once(problem)
         self.fast = not problem
+        self.limits = (int(settings["max_partition_fetch_bytes"]), int(settings["fetch_max_bytes"]))  # configured
+        self.fetched_bytes = self.fetched_rows = 0  # the record bytes decoded (fast path) and their rows
+
+    @property
+    def bytes_per_row(self) -> float | None:
+        """The record bytes per row decoded so far by this consumer (None: none yet, or the public API)."""
+        return self.fetched_bytes / self.fetched_rows if self.fetched_rows else None
+
+    def size_fetches(self, partition_bytes: int, total_bytes: int) -> None:
+        """Ask for at most these bytes per partition and in all in the next fetches, within the
+        configured limits (a record batch larger than them still comes, alone)."""
+        kafka_python.set_fetch_sizes(self.kafka, min(partition_bytes, self.limits[0]), min(total_bytes, self.limits[1]))
 
     def poll(self, timeout_ms: int) -> dict[TopicPartition, list[Records]]:
         """The records of the assigned partitions one poll returns, per partition. On the public-API
@@ -122,5 +134,9 @@ class RecordsConsumer:
             tp = min(self.kafka.assignment() - self.kafka.paused())
             raise kafka_python.missing_codec_error(tp, self.kafka.position(tp), exc) from exc
         if self.fast:
+            for items in polled.values():
+                for records in items:
+                    self.fetched_bytes += len(records.payload)
+                    self.fetched_rows += len(records)
             return {tp: list(records) for tp, records in polled.items()}
         return {tp: [listed_records(tp, records)] for tp, records in polled.items() if records}

@@ -34,6 +34,16 @@ TASK_MAX_ROWS = 500_000
 # data: a long-polling fetch left in flight at the end of a task would delay the next task
 # on this consumer (one fetch in flight per broker) by up to fetch_max_wait_ms. Fetches of
 # 1, 4 or 16 MiB cost the same CPU per record; 4 MiB keeps a worker's buffers small.
+# A read task asks each fetch for the rows it still has to read, not the configured maxima: a
+# fetch returns a partition's data up to its log end (within the limits), so a range of a few rows
+# in a partition the leader is seconds behind decoded seconds of data to keep a few rows. Sizes:
+# the rows left times the bytes per row this worker has decoded, times FETCH_SLACK, plus
+# FETCH_MIN_BYTES per partition; times FETCH_GROWTH each time a poll leaves a partition without
+# records while others got some (a record batch larger than the limit comes only for the first
+# partition of a response: from 2 KiB, a 1 MiB batch needs three more round trips).
+FETCH_SLACK = 1.5
+FETCH_MIN_BYTES = 2 * 1024
+FETCH_GROWTH = 8
 READ_DEFAULTS = {
     "fetch_max_wait_ms": 50,
     "max_poll_records": 20000,
@@ -102,7 +112,7 @@ def consumer_settings(client_config: Mapping[str, Any]) -> dict[str, Any]:
             "allow_auto_create_topics": False, "client_id": "synclib-reader"}
 
 
-def _cached_consumer(client_config: Mapping[str, Any]) -> RecordsConsumer:
+def cached_consumer(client_config: Mapping[str, Any]) -> RecordsConsumer:
     key = tuple(sorted((k, repr(v)) for k, v in client_config.items()))
     with _consumers_lock:
         consumer = _consumers.get(key)
@@ -127,7 +137,7 @@ def read_partition(
     fetch for all of them (a range per partition each round trip would make a batch of hundreds
     of small ranges cost hundreds of round trips). If a partition now ends before its range's
     end (topic recreated), that is data loss: fail, or warn and stop at what exists."""
-    records_consumer = _cached_consumer(client_config)
+    records_consumer = cached_consumer(client_config)
     for together in _rounds(task.ranges):
         yield from _read_together(records_consumer, together, schema, include_headers=include_headers,
                                   fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
@@ -161,9 +171,13 @@ def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicParti
     positions = {tp: offsets.start for tp, offsets in ranges.items()}
     last_progress = dict.fromkeys(ranges, time.monotonic())
     pending = {tp for tp, offsets in ranges.items() if offsets.start < offsets.end}
+    growth = 1
     while pending:
+        _size_fetches(records_consumer, [ranges[tp].end - positions[tp] for tp in pending], growth)
         polled = records_consumer.poll(poll_timeout_ms)
         now = time.monotonic()
+        if any(polled.values()) and any(not polled.get(tp) for tp in pending):
+            growth *= FETCH_GROWTH
         for tp, items in polled.items():
             if tp in pending and items:
                 for records in items:
@@ -184,6 +198,16 @@ def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicParti
         if done:
             pending -= done
             consumer.pause(*done)  # no more fetches for them: the others may still need some
+
+
+def _size_fetches(records_consumer: RecordsConsumer, rows_left: Sequence[int], growth: int) -> None:
+    """Size the next fetches to the rows left (see FETCH_SLACK); before this worker has decoded
+    anything, the configured limits stay."""
+    bytes_per_row = records_consumer.bytes_per_row
+    if bytes_per_row is None:
+        return
+    sizes = [int((rows * bytes_per_row * FETCH_SLACK + FETCH_MIN_BYTES) * growth) for rows in rows_left]
+    records_consumer.size_fetches(max(sizes), sum(sizes))
 
 
 def _stalled(consumer: KafkaConsumer, tp: TopicPartition, offsets: OffsetRange, position: int,

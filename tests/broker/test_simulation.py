@@ -1,11 +1,19 @@
 """The simulated producer and leader group against a real Kafka-protocol broker."""
 
 import json
+import os
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from benchmarks.procmem import stat_fields
+from synclib.embedded.broker import tied_to_this_process
+from synclib.embedded.default_world import SimulationProcess
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.simulation import SimulationError
 from synclib.embedded.world import EventProducer, produce_backlog
@@ -13,6 +21,7 @@ from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
 from tests.support import wait_until
 
 GROUP = "snuba-consumers"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -202,3 +211,49 @@ def test_a_dead_thread_surfaces_its_cause(new_topic, client, sims):
     assert producer.failure is not None
     with pytest.raises(SimulationError, match="MessageSizeTooLarge"):
         producer.check()
+
+
+def simulation_arguments(bootstrap_servers):
+    """The embedded default's simulation on two new topics (simulate creates them): 2 partitions."""
+    suffix = uuid.uuid4().hex[:8]
+    return {"bootstrap_servers": bootstrap_servers, "events_topic": f"events-{suffix}",
+            "commit_log_topic": f"commit-log-{suffix}", "partitions": 2, "rate": 200, "event_bytes": 200,
+            "group": GROUP, "lag": 0.2, "commit_interval": 0.1}
+
+
+def test_the_embedded_defaults_simulation_runs_in_a_process_of_its_own_and_stops_cleanly(bootstrap_servers, client):
+    arguments = simulation_arguments(bootstrap_servers)
+    simulation = SimulationProcess(arguments, "INFO").start()
+    try:
+        assert simulation.pid != os.getpid()
+        commits = wait_until(lambda: (c := latest_commits(client, arguments["commit_log_topic"])).keys() == {0, 1}
+                             and all(commit.offset > 0 for commit in c.values()) and c,
+                             what="the simulated leader's commits of both partitions")
+    finally:
+        assert simulation.stop() == 0
+    ends = end_offsets(client, arguments["events_topic"], 2)
+    assert all(commit.group == GROUP and 0 < commit.offset <= ends[p] for p, commit in commits.items())
+
+
+STARTER = """
+import json, sys, time
+from synclib.embedded.default_world import SimulationProcess
+print(SimulationProcess(json.loads(sys.argv[1]), "INFO").start().pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
+                    reason="needs Linux's /proc and util-linux's setpriv with --pdeathsig")
+def test_the_simulation_process_ends_when_its_starter_is_killed(bootstrap_servers):
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, json.dumps(simulation_arguments(bootstrap_servers))],
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert starter.stdout is not None
+        child = int(starter.stdout.readline())
+        starter.kill()
+        starter.wait(10)
+        wait_until(lambda: (fields := stat_fields(child)) is None or fields[0] == "Z",
+                   what=f"the simulation (pid {child}) to end with its starter")
+    finally:
+        starter.kill()

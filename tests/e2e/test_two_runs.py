@@ -16,11 +16,11 @@ from pyspark.sql import SparkSession
 
 from benchmarks.job_files import delta_batches, verify_table
 from benchmarks.job_world import KafkaWorld
+from benchmarks.object_store import S3Server
 from synclib.app.forwarder import EXIT_SUPERSEDED
 from synclib.delta.table import read_arrow
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.e2e.test_faults import finished, run_job, stopped, world  # noqa: F401 (world: a fixture)
-from tests.object_store import S3Server
 from tests.support import wait_until
 
 WAIT_S = 600.0  # bounded, not a timing: Spark starts and runs its first batch in minutes at load 25 on 2 cores

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from benchmarks.object_store import S3Server
 from synclib import spark_checkpoint
 from synclib.compat.pyspark import from_arrow_schema
 from synclib.delta.direct import FILES_SCHEMA, TableFiles
@@ -52,7 +53,6 @@ from synclib.delta.writer import (
 from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
-from tests.object_store import S3Server
 
 TOPIC = "events"
 BASE_TIME = dt.datetime(2024, 1, 1, 22, 0, tzinfo=dt.timezone.utc)

@@ -20,6 +20,9 @@ def test_the_axis_spreads_the_first_counts_backlog_over_each_count() -> None:
 
     assert [(count, one.partitions, one.messages, one.memory_messages) for count, one in runs] == [
         (4, 4, 25600, 2048), (64, 64, 1600, 128), (256, 256, 400, 32), (1024, 1024, 100, 8)]
+    assert [one.warmup_run for _, one in runs] == [True, False, False, False]  # later counts run warm
+    cold = axis_arguments(parse_args(["--partitions", "4,8", "--no-warmup-run"]))
+    assert not any(one.warmup_run for _, one in cold)
     assert parse_args(["--partitions", "8"]).partition_axis == [8]
     with pytest.raises(SystemExit):
         parse_args(["--partitions", "4,many"])
