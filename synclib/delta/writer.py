@@ -183,7 +183,9 @@ class DeltaSparkBatchWriter:
     crash between the Delta commit and Spark's checkpoint commit); the `synclib.*` metadata
     goes to the commit's `userMetadata` as JSON. A write that loses a conflict to a commit
     beside it (a table property change by maintenance, say) is retried: being idempotent, a
-    retry can neither duplicate nor lose the batch.
+    retry can neither duplicate nor lose the batch. A batch the table holds is checked
+    (`check_replay`, read with delta-rs) and skipped before Delta is asked; with `run_id`, the
+    checkpoint's run marker is checked before each write.
     """
 
     def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str],
