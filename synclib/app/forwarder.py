@@ -59,6 +59,7 @@ class Forwarder:
         self.transform = transform
         self.dead_letters: DeadLetterBatches | None = None  # with sink.dead_letters
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
+        self._initial_offsets_text: str | None = None  # its contents, once read
         self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
@@ -231,11 +232,18 @@ class Forwarder:
         if self.direct_initial is None:
             return int(progress.numInputRows)
         source = progress.sources[0]
-        start = source.startOffset if source.startOffset not in (None, "null") else read_text(self.direct_initial)
+        start = source.startOffset if source.startOffset not in (None, "null") else self._direct_initial_offsets()
         if not start or source.endOffset in (None, "null"):
             return 0
         first, end = parse_offsets_json(start), parse_offsets_json(source.endOffset)
         return sum(max(0, offset - first.get(tp, offset)) for tp, offset in end.items())
+
+    def _direct_initial_offsets(self) -> str | None:
+        """The first batch's start offsets (the source's kept file, which never changes while the
+        query runs): read once, not at every progress report (each read is two requests on S3)."""
+        if self._initial_offsets_text is None and self.direct_initial is not None:
+            self._initial_offsets_text = read_text(self.direct_initial)
+        return self._initial_offsets_text
 
     @staticmethod
     def _stop_gracefully(spark: SparkSession, query: StreamingQuery) -> None:
