@@ -41,8 +41,8 @@ def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
                           checkpoint={"location": f"s3a://{bucket}/checkpoint"},
                           storage={"s3": s3.storage_settings()})
     first = run_job(tmp_path, config, "first")
-    wait_until(lambda: len(delta_batches(stored / "table")) >= 2 or first.returncode is not None, WAIT_S,
-               "the first run to commit two batches")
+    wait_until(lambda: delta_batches(stored / "table") or first.returncode is not None, WAIT_S,
+               "the first run to commit a batch")
     assert first.returncode is None, first.tail()
 
     second = run_job(tmp_path, config, "second")
