@@ -32,7 +32,7 @@ from kafka.errors import KafkaError
 
 from synclib import spark_checkpoint
 from synclib.app.command_line import config_parser, exit_on_config_error
-from synclib.app.preflight import KafkaUnavailable, check_job_kafka
+from synclib.app.preflight import KafkaUnavailable, StorageUnavailable, check_job_kafka, check_storage
 from synclib.app.progress import table
 from synclib.delta.dead_letter_table import dead_letter_counts
 from synclib.delta.table import table_summary
@@ -241,9 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
                                        else config.kafka.bootstrap_servers)
+        check_storage(config, args.timeout)
+        os.environ.update(config.storage.s3.environment())  # the tables on S3: for delta-rs and pyarrow
         check_job_kafka(config, bootstrap, min(args.timeout, config.kafka.connect_timeout))
         report = collect(config, bootstrap, args.timeout)
-    except (StatusError, KafkaError, KafkaUnavailable) as exc:
+    except (StatusError, KafkaError, KafkaUnavailable, StorageUnavailable) as exc:
         print(f"status: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))

@@ -14,12 +14,14 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
+from benchmarks.object_store import S3Server
 from synclib.app import status
 from synclib.app.command_line import EXIT_CONFIG
 from synclib.delta.table import table_summary
 from synclib.delta.writer import commit_metadata
 from synclib.embedded.broker import free_port
 from synclib.settings import load_config
+from synclib.settings.storage import S3Config
 from tests import mock_cluster
 from tests.forwarder_runs import ROOT, commit_group, run_status, start_forwarder, write_config
 from tests.support import produce_values, publish_commit, wait_until
@@ -35,9 +37,10 @@ def status_without_spark(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def delta_table_at(path: Path, offsets: dict[str, dict[str, int]]) -> None:
+def delta_table_at(location: str, offsets: dict[str, dict[str, int]],
+                   storage_options: dict[str, str] | None = None) -> None:
     """A table whose latest synclib commit recorded `offsets` (as the sink writes them)."""
-    write_deltalake(str(path), pa.table({"offset": pa.array([0], pa.int64())}),
+    write_deltalake(location, pa.table({"offset": pa.array([0], pa.int64())}), storage_options=storage_options,
                     commit_properties=CommitProperties(
                         custom_metadata=commit_metadata("synclib-test", 0, json.dumps(offsets))))
 
@@ -46,7 +49,9 @@ def by_partition(report: dict) -> dict[int, dict]:
     return {p["partition"]: p for p in report["partitions"]}
 
 
-def test_status_from_the_table_and_the_commit_log(bootstrap_servers, producer, new_topic, tmp_path):
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_status_from_the_table_and_the_commit_log(storage, bootstrap_servers, producer, new_topic, tmp_path,
+                                                  request):
     events, log = new_topic("events", 4), new_topic("commit-log")
     for partition in range(4):
         produce_values(producer, events, partition, 10)
@@ -54,11 +59,20 @@ def test_status_from_the_table_and_the_commit_log(bootstrap_servers, producer, n
     for group, committed in leaders.items():
         for partition, offset in committed.items():
             publish_commit(producer, log, group, events, partition, offset)
+    table, overrides = str(tmp_path / "fwd" / "table"), []
+    if storage == "s3":  # the job's storage settings reach delta-rs in the status command too
+        server: S3Server = request.getfixturevalue("s3_server")
+        table = f"s3://{server.bucket()}/fwd/table"
+        settings = S3Config(**server.storage_settings())
+        overrides = ["--set", f"sink.path={table}", *(
+            arg for key, value in server.storage_settings().items() for arg in ("--set", f"storage.s3.{key}={value}"))]
+        delta_table_at(table, {events: {"0": 3, "1": 6, "2": 7}}, settings.environment({}))
+    else:
+        delta_table_at(table, {events: {"0": 3, "1": 6, "2": 7}})
     config = write_config(tmp_path, "fwd", bootstrap_servers, {
         "subscribe": events, "commit_log_topic": log, "commit_groups": list(leaders)})
-    delta_table_at(tmp_path / "fwd" / "table", {events: {"0": 3, "1": 6, "2": 7}})
 
-    run = status_without_spark("--config", str(config), "--json")
+    run = status_without_spark("--config", str(config), "--json", *overrides)
 
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
@@ -75,13 +89,20 @@ def test_status_from_the_table_and_the_commit_log(bootstrap_servers, producer, n
     ages = [s["seconds_since_leader_commit"] for s in report["partitions"]]
     assert all(0 <= age < 120 for age in ages[:3]) and ages[3] is None
 
-    text = status_without_spark("--config", str(config))
+    text = status_without_spark("--config", str(config), *overrides)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[2].split() == ["topic", "partition", "state", "follower", "leader", "leader-a", "leader",
                                 "leader-b", "high", "watermark", "lag", "since", "leader", "commit", "(s)"]
     assert lines[3].split()[:8] == [events, "0", "LOCAL_BEHIND", "3", "8", "6", "10", "7"]
     assert lines[6].split()[:8] == [events, "3", "UNKNOWN", "-", "4", "-", "10", "-"]
+    if storage == "s3":
+        secret = str(server.storage_settings()["secret_access_key"])
+        assert secret not in run.stdout + run.stderr + text.stdout + text.stderr
+        refused = status_without_spark("--config", str(config), *overrides,
+                                       "--set", "storage.s3.secret_access_key=not-the-secret")
+        assert refused.returncode == status.EXIT_UNAVAILABLE and not refused.stdout, refused
+        assert len(refused.stderr.splitlines()) == 1 and table in refused.stderr, refused.stderr
 
 
 @mock_cluster.NO_GROUP_OFFSET_LISTING
