@@ -34,7 +34,12 @@ one table of how each figure grows with partitions beside Spark's own Kafka sour
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
 Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
 master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
-the executors and their Python workers too.
+the executors and their Python workers too, and the phases' tables and checkpoints live on an
+S3 server (S3Proxy, benchmarks/object_store.py) as a cluster without a shared disk needs.
+
+`--object-store` runs only the object-store phase instead (benchmarks/object_store_cost.py): S3
+requests per one-row batch, idle second and maintenance pass, the floor on S3 beside local disk,
+and the cost per day.
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, report
+from benchmarks import floor, object_store_cost, report
 from benchmarks.cluster import Cluster
+from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
@@ -113,6 +120,13 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--object-store", action="store_true", help="run only the object-store phase instead "
+                        "(benchmarks/object_store_cost.py: S3 requests per one-row batch, idle second and "
+                        "maintenance pass by kind and owner, the floor on S3 beside local disk, cost per day)")
+    parser.add_argument("--cost-batches", type=int, default=20,
+                        help="object-store phase: one-row batches counted per engine (default: %(default)s)")
+    parser.add_argument("--cost-idle", type=float, default=10.0,
+                        help="object-store phase: idle seconds counted per engine (default: %(default)s)")
     parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
                         "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
     args = parser.parse_args(argv)
@@ -167,6 +181,17 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
     return kafka.bootstrap_servers, None if process is None else process.pid
 
 
+def _object_store(stack: ExitStack, spark: Any, workdir: str) -> S3Server:
+    """The S3 server (S3Proxy, under `workdir`), configured for the session as the job configures
+    `storage.s3`: the driver's and the executors' AWS variables, the JVM's S3A settings."""
+    from synclib.app.forwarder import use_storage
+    from synclib.settings.storage import S3Config
+
+    store = stack.enter_context(S3Server(Path(workdir) / "s3"))
+    use_storage(spark, S3Config(**store.storage_settings()))
+    return store
+
+
 def _spark_trigger(trigger: str) -> str:
     """'250ms' / '1s' as a processingTime interval."""
     return f"{int(parse_duration(trigger) * 1000)} milliseconds"
@@ -217,9 +242,21 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap})
         cluster = Cluster(client_config, settings.partitions)
         stack.callback(cluster.close)
-        bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid, roots)
+        # a cluster has no shared disk: its tables and checkpoints go to an S3 server
+        store = _object_store(stack, spark, workdir) if args.object_store or args.standalone_workers else None
+        on_s3: dict[str, Any] = {"store": store, "bucket": store.bucket("bench")} if store is not None else {}
+        bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid, roots,
+                      **(on_s3 if args.standalone_workers else {}))
+        if args.object_store:
+            results["object_store"] = object_store_cost.run(
+                spark, bench, Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid,
+                                    broker_pid, roots, **on_s3),
+                args.engines, args.cost_batches, args.cost_idle, args.floor_steps, args.floor_interval,
+                _attempt, lambda partial: save({**results, "object_store": partial}))
+            results["environment"]["load_avg_end"] = os.getloadavg()
+            return results
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},
-                              workdir, base.trigger.processing_time, base.sink.partition_by_date,
+                              bench.root, bench.local, base.trigger.processing_time, base.sink.partition_by_date,
                               bench.usage)
         topic, ends = cluster.backlog("backlog", settings.messages, settings.value_bytes)
         warm = {p: max(1, int(end * settings.warmup)) for p, end in ends.items()}
@@ -348,7 +385,10 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         if args.standalone_workers:
             stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("WARN")
-        if len(args.partition_axis) == 1:
+        if args.object_store:
+            results = run(spark, args, save, roots)
+            print("\n".join(object_store_cost.table(results["object_store"])), flush=True)
+        elif len(args.partition_axis) == 1:
             results = run(spark, args, save, roots)
             report.print_report(results)
         else:

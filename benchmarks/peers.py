@@ -72,11 +72,14 @@ def _wait_progress(query: Any, done: Any, what: str, timeout_s: float = WAIT_TIM
 class SparkKafkaPeer:
     """Spark's Kafka source into Delta, on one cluster; one table and checkpoint per phase."""
 
-    def __init__(self, spark: Any, kafka_options: Mapping[str, str], workdir: str, trigger_s: float,
-                 partition_by_date: bool, usage: Callable[[], TreeMemory]) -> None:
+    def __init__(self, spark: Any, kafka_options: Mapping[str, str], root: Callable[[str], str],
+                 local: Callable[[str], str], trigger_s: float, partition_by_date: bool,
+                 usage: Callable[[], TreeMemory]) -> None:
+        """`root(name)`: where phase `name` keeps its table and checkpoint (`Bench.root`); `local`:
+        that location as a path on this machine (`Bench.local`), where its log is watched."""
         self.spark = spark
         self.kafka_options = dict(kafka_options)
-        self.workdir = workdir
+        self.root, self.local = root, local
         self.trigger = f"{int(trigger_s * 1000)} milliseconds"
         self.partition_by_date = partition_by_date
         self.usage = usage  # `Bench.usage`: what a phase measures
@@ -87,22 +90,24 @@ class SparkKafkaPeer:
         in synclib's metadata, which `DeltaLogWatcher` reads), as the micro-batch floor needs."""
         query = self._start(topic, DELTA_RS, name, trigger, None)
         try:
-            with DeltaLogWatcher(os.path.join(self.workdir, name, "table")) as watcher:
+            with DeltaLogWatcher(self.local(self._table(name))) as watcher:
                 yield query, watcher
         finally:
             stop_between_batches(query)
 
+    def _table(self, name: str) -> str:
+        return f"{self.root(name)}/table"
+
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
         from synclib.delta.writer import DeltaStream, start_delta_stream, utc_date  # the writer imports pyspark
 
-        root = os.path.join(self.workdir, name)
         reader = (self.spark.readStream.format("kafka").options(**self.kafka_options)
                   .option("subscribe", topic).option("startingOffsets", "earliest")
                   .option("failOnDataLoss", "true"))
         if max_offsets is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
         df = reader.load().select(*KAFKA_COLUMNS)
-        table, checkpoint = os.path.join(root, "table"), os.path.join(root, "checkpoint")
+        table, checkpoint = self._table(name), f"{self.root(name)}/checkpoint"
         if engine != DELTA_SPARK:
             target = DeltaStream(table, checkpoint, engine, partition_by_date=self.partition_by_date,
                                  trigger={"processingTime": trigger}, query_name=f"spark_kafka_{name}")
@@ -137,7 +142,7 @@ class SparkKafkaPeer:
         if rows + warm_rows != sum(ends.values()):
             raise RuntimeError(f"{name}: read {warm_rows} + {rows} rows, expected {sum(ends.values())}")
         started = dt.datetime.fromisoformat(timed[0]["timestamp"].replace("Z", "+00:00")).timestamp()
-        seconds = last_commit_time(os.path.join(self.workdir, name, "table")) - started
+        seconds = last_commit_time(self.local(self._table(name))) - started
         return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": rows / seconds,
                 "batches": len(timed), "cpu_s": usage.cpu_seconds_by_role(),
                 "memory_mib": usage.summary_mib(), "batch_ms": [p["durationMs"] for p in timed]}

@@ -24,6 +24,7 @@ from synclib.offsets import PartitionOffsets
 from synclib.settings import ForwarderConfig, load_config
 
 if TYPE_CHECKING:
+    from benchmarks.object_store import S3Server
     from synclib.app.forwarder import Forwarder
 
 LOG_POLL_S = 0.01
@@ -135,7 +136,11 @@ def stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
 class Bench:
     def __init__(self, settings: Settings, config_path: str, overrides: Sequence[str], bootstrap: str,
                  cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None,
-                 roots: Mapping[int, str] | None = None) -> None:
+                 roots: Mapping[int, str] | None = None, store: S3Server | None = None,
+                 bucket: str = "") -> None:
+        """`store`: the phases' tables and checkpoints go to `bucket` on this S3 server instead of
+        under `workdir` (as a cluster without a shared disk needs); the session must be configured
+        for it (`synclib.app.forwarder.use_storage`)."""
         self.settings = settings
         self.config_path = config_path
         self.overrides = list(overrides)
@@ -146,15 +151,26 @@ class Bench:
         self.others = {} if broker_pid is None else {broker_pid: "broker"}
         self.roots = dict(roots or {})  # a standalone cluster's daemons: their trees run the executors
         self.job: Forwarder | None = None  # the forwarder phase's job, while one runs
+        self.store, self.bucket = store, bucket
+
+    def root(self, name: str) -> str:
+        """Where the phase `name` keeps its table and checkpoint."""
+        return f"s3://{self.bucket}/{name}" if self.store is not None else os.path.join(self.workdir, name)
+
+    def local(self, location: str) -> str:
+        """A location as this machine's path: on the S3 server, its backend's directory (so
+        watching a table's log sends no request)."""
+        return self.store.local_path(location) if self.store is not None else location
 
     def usage(self) -> TreeMemory:
         """Peak RSS and CPU time of every process doing the benchmark's Spark work (a phase's `with`)."""
         return TreeMemory(self.jvm_pid, self.others, roots=self.roots)
 
     def config(self, topic: str, log_topic: str, name: str, extra: Sequence[str] = ()) -> ForwarderConfig:
-        root = os.path.join(self.workdir, name)
+        root = self.root(name)
+        storage = self.store.overrides() if self.store is not None else []
         return load_config(self.config_path, [
-            *self.overrides, *extra, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null",
+            *self.overrides, *storage, *extra, f"kafka.bootstrap_servers={self.bootstrap}", "embedded=null",
             f"source.subscribe={topic}",
             "source.subscribe_pattern=null", "source.assign=null", "source.remote_offsets=commit_log",
             f"source.commit_log_topic={log_topic}", f"source.commit_groups=[{LEADER_GROUP}]",
@@ -173,10 +189,11 @@ class Bench:
 
         config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
+        os.makedirs(os.path.dirname(status_path), exist_ok=True)
         self.job = Forwarder(config, None)
         query = self.job.start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
         try:
-            with DeltaLogWatcher(config.sink.path) as watcher:
+            with DeltaLogWatcher(self.local(config.sink.path)) as watcher:
                 yield query, watcher
         finally:
             stop_between_batches(query)

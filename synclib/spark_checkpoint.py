@@ -12,7 +12,10 @@ The sink needs two facts Spark keeps in `checkpointLocation`:
 
 synclib keeps its own files under `<checkpointLocation>/synclib/` (`synclib_file`), so that a new
 checkpoint starts without them: the source's first start offsets (`INITIAL_OFFSETS`) and the
-running embedded broker's address (`EMBEDDED_BROKER`).
+running embedded broker's address (`EMBEDDED_BROKER`), and the run marker (`RUN`, `RunMarker`):
+which run of the job owns the checkpoint now. The newest run wins: a run writes its marker before
+its query starts, and a running run checks it before planning a batch and before each Delta
+commit (`check_run`), so a run that another one replaced stops before it writes either.
 
 Locations are read as `synclib.locations` says (local paths, object stores, Databricks' FUSE).
 """
@@ -20,12 +23,18 @@ Locations are read as `synclib.locations` says (local paths, object stores, Data
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
 
-from synclib.locations import normalize_location, read_text
+from synclib.locations import normalize_location, read_text, write_text
 
 APP_ID_PREFIX = "synclib-"
 INITIAL_OFFSETS = "initial-offsets.json"
 EMBEDDED_BROKER = "embedded-broker.json"
+RUN = "run"
 
 
 class CheckpointError(RuntimeError):
@@ -69,3 +78,60 @@ def batch_offsets(location: str, batch_id: int) -> str | None:
     if len(lines) < 3 or lines[2] == "-":
         return None
     return lines[2]
+
+
+class RunSuperseded(RuntimeError):
+    """Another run of the job started on this checkpoint: this one must stop (the newest run wins)."""
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """One run of the job on a checkpoint: `<checkpoint>/synclib/run` as JSON, these fields."""
+
+    run_id: str
+    host: str
+    pid: int
+    started: str  # UTC, ISO 8601 to the second
+
+    @classmethod
+    def new(cls) -> RunMarker:
+        """A marker for this process, now."""
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(),
+                   time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    def describe(self) -> str:
+        return f"run {self.run_id} (host {self.host}, pid {self.pid}, started {self.started})"
+
+
+def start_run(location: str, marker: RunMarker) -> None:
+    """Make `marker` the checkpoint's current run, replacing any other (before the query starts)."""
+    write_text(synclib_file(location, RUN), json.dumps(asdict(marker)))
+
+
+def current_run(location: str) -> RunMarker | None:
+    """The run marker of the checkpoint at `location`; None when there is none (or it is unreadable)."""
+    text = read_text(synclib_file(location, RUN))
+    try:
+        return None if text is None else RunMarker(**json.loads(text))
+    except (ValueError, TypeError):
+        return None
+
+
+def superseded(location: str, run_id: str) -> str | None:
+    """Why run `run_id` must stop, in one line, when the checkpoint's marker names another run or
+    none (the checkpoint was deleted under it); None while it is still the checkpoint's run."""
+    marker = current_run(location)
+    if marker is not None and marker.run_id == run_id:
+        return None
+    other = ("its run marker is gone (the checkpoint was deleted or replaced under this run)" if marker is None
+             else f"{marker.describe()} took it over")
+    return (f"another run of this job owns checkpoint {location}: {other}, so run {run_id} stopped "
+            f"before writing anything more (the newest run wins); stop one of the two deployments "
+            f"and do not retry this run while the other runs")
+
+
+def check_run(location: str, run_id: str) -> None:
+    """Raise `RunSuperseded` unless run `run_id` is the checkpoint's current run (one GET)."""
+    reason = superseded(location, run_id)
+    if reason is not None:
+        raise RunSuperseded(reason)

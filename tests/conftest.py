@@ -22,10 +22,10 @@ import pytest
 from confluent_kafka import Producer
 
 from benchmarks import apache_kafka, jvm
+from benchmarks.object_store import S3Server
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
 from tests import librdkafka, mock_cluster
-from tests.object_store import S3Server
 
 EXTERNAL_BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 TANSU = "tansu"
@@ -157,7 +157,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """S3Proxy on a free loopback port for the whole session (tests/object_store.py)."""
+    """S3Proxy on a free loopback port for the whole session (benchmarks/object_store.py)."""
     with S3Server(tmp_path_factory.mktemp("s3")) as server:
         yield server
 

@@ -40,10 +40,12 @@ from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.status import PlannerStatus
+from synclib.spark_checkpoint import RunMarker, start_run, superseded
 
 logger = logging.getLogger("synclib.forwarder")
 
 EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_SUPERSEDED = 5  # another run of the job took the checkpoint over (the newest run wins)
 GRACEFUL_STOP_TIMEOUT_S = 120.0
 SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
 QUERY_NAME = "synclib_forwarder"
@@ -57,6 +59,8 @@ class Forwarder:
         self.transform = transform
         self.dead_letters: DeadLetterBatches | None = None  # with sink.dead_letters
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
+        self._initial_offsets_text: str | None = None  # its contents, once read
+        self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
                                      stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
@@ -99,13 +103,18 @@ class Forwarder:
         options = self.config.source_options(bootstrap)
         options["statusFile"] = status_path
         options["initialOffsetsFile"] = initial_offsets_file(self.config.checkpoint.location)
+        options["runId"] = self.run_marker.run_id
+        options["runCheckpoint"] = self.config.checkpoint.location
         starting = starting_offsets_from_table(self.config)
         if starting is not None:
             options["startingOffsets"] = starting
         return options
 
     def start(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
-        """Start the query: the `synchronized_kafka` source, the transform, the Delta sink."""
+        """Start the query: the `synchronized_kafka` source, the transform, the Delta sink; first
+        this run's marker, so that a run still writing to the checkpoint stops at its next batch."""
+        start_run(self.config.checkpoint.location, self.run_marker)
+        logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
         register(spark)
         options = self.source_options(bootstrap, status_path)
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
@@ -140,7 +149,7 @@ class Forwarder:
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
             trigger={"availableNow": True} if trigger.available_now
             else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
-            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled)
+            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, run_id=self.run_marker.run_id)
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each
@@ -174,6 +183,10 @@ class Forwarder:
             query.awaitTermination()
         except StreamingQueryException as exc:
             self._report(query, reporter, status_path)
+            taken_over = superseded(self.config.checkpoint.location, self.run_marker.run_id)
+            if taken_over is not None:  # the planner or the sink stopped it: that is the one line to say
+                print(f"forwarder: {taken_over}", file=sys.stderr, flush=True)
+                return EXIT_SUPERSEDED
             print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
                   file=sys.stderr, flush=True)
             failed = failed_batch(exc)
@@ -219,11 +232,18 @@ class Forwarder:
         if self.direct_initial is None:
             return int(progress.numInputRows)
         source = progress.sources[0]
-        start = source.startOffset if source.startOffset not in (None, "null") else read_text(self.direct_initial)
+        start = source.startOffset if source.startOffset not in (None, "null") else self._direct_initial_offsets()
         if not start or source.endOffset in (None, "null"):
             return 0
         first, end = parse_offsets_json(start), parse_offsets_json(source.endOffset)
         return sum(max(0, offset - first.get(tp, offset)) for tp, offset in end.items())
+
+    def _direct_initial_offsets(self) -> str | None:
+        """The first batch's start offsets (the source's kept file, which never changes while the
+        query runs): read once, not at every progress report (each read is two requests on S3)."""
+        if self._initial_offsets_text is None and self.direct_initial is not None:
+            self._initial_offsets_text = read_text(self.direct_initial)
+        return self._initial_offsets_text
 
     @staticmethod
     def _stop_gracefully(spark: SparkSession, query: StreamingQuery) -> None:

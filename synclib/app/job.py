@@ -4,8 +4,9 @@ Run as `spark-submit jobs/forwarder.py --config FILE [--set key=value ...] [--av
 Exit codes: 0 done, or stopped by SIGTERM/SIGINT after the batch in flight; 1 the query
 failed; 2 invalid configuration (checked before Spark starts); 3 Kafka cannot be reached or
 used with these settings, or a topic is missing (checked before Spark starts); 4 an `s3://` location
-cannot be listed with the `storage` settings (checked before Spark starts); 130 a second signal stopped
-the job at once (the interrupted batch is replayed, exactly once, on restart).
+cannot be listed with the `storage` settings (checked before Spark starts); 5 another run of the job
+started on the same checkpoint and took it over (the newest run wins; do not retry this one); 130 a
+second signal stopped the job at once (the interrupted batch is replayed, exactly once, on restart).
 """
 
 from __future__ import annotations

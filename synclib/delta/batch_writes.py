@@ -19,8 +19,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from synclib import spark_checkpoint
 from synclib.delta.table import current_table, holds_batch
-from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter
+from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, check_replay
 from synclib.settings.values import DELTA_SPARK
 
 BATCH_FORMAT = "synclib_delta_batch"
@@ -46,7 +47,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 
 class DeltaBatchSink(DataSource):
     """Format `synclib_delta_batch`: options `path`, `checkpointLocation`, `batchId`,
-    `partitionBy` (JSON list), `logCheckpoints`."""
+    `partitionBy` (JSON list), `logCheckpoints`, `runId`."""
 
     @classmethod
     def name(cls) -> str:
@@ -65,17 +66,23 @@ class DeltaTarget:
     checkpoint: str
     partition_by: tuple[str, ...] = ()
     log_checkpoints: bool = True
+    run_id: str | None = None  # as `DeltaStream.run_id`
 
     def done(self, app_id: str, batch_id: int) -> bool:
-        """Whether the table holds batch `batch_id` of `app_id`."""
+        """Whether the table holds batch `batch_id` of `app_id` (then with the end offsets the
+        checkpoint gives it: `check_replay`)."""
         table = current_table(self.path)
-        return table is not None and holds_batch(table, app_id, batch_id)
+        if table is None or not holds_batch(table, app_id, batch_id):
+            return False
+        check_replay(table, self.path, app_id, batch_id, spark_checkpoint.batch_offsets(self.checkpoint, batch_id))
+        return True
 
     def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
         if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
-            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by)(df, batch_id)
+            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by, self.run_id)(df, batch_id)
             return
-        (df.write.format(BATCH_FORMAT).mode("append")
+        writer = df.write.option("runId", self.run_id) if self.run_id else df.write
+        (writer.format(BATCH_FORMAT).mode("append")
          .option("path", self.path).option("checkpointLocation", self.checkpoint)
          .option("batchId", str(batch_id)).option("partitionBy", json.dumps(list(self.partition_by)))
          .option("logCheckpoints", str(self.log_checkpoints).lower()).save())

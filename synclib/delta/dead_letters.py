@@ -354,8 +354,9 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream:
                              "(rows it rejects are traced to their Kafka offsets)")
     columns = stream.partition_columns([c for c in transformed.columns if c != error_column])
     dead_path = normalize_location(dead_letters_path)
-    main = DeltaTarget(chosen, stream.table_path, stream.checkpoint, tuple(columns), stream.log_checkpoints)
-    dead = DeltaTarget(chosen, dead_path, stream.checkpoint, (), True)
+    main = DeltaTarget(chosen, stream.table_path, stream.checkpoint, tuple(columns), stream.log_checkpoints,
+                       stream.run_id)
+    dead = DeltaTarget(chosen, dead_path, stream.checkpoint, (), True, stream.run_id)
     batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, stream.partition_by_date)
     streamed = batches.streamed(raw)
     if chosen == DELTA_SPARK:

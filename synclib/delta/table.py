@@ -108,16 +108,20 @@ def synclib_metadata(commit: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def latest_synclib_commit(table: DeltaTable) -> dict[str, Any] | None:
+def latest_synclib_commit(table: DeltaTable, app_id: str | None = None,
+                          batch_id: int | None = None) -> dict[str, Any] | None:
     """The history entry (`version`, `timestamp`, ...) of the newest commit carrying synclib
-    metadata, searched from the newest commits backwards (16, then 256, then all):
-    maintenance commits (compaction, vacuum) carry none and are passed over. Maintenance never
-    removes the log entry of the newest synclib commit (see `synclib.delta.maintenance`), so a
-    table with synclib commits always yields one."""
+    metadata (of batch `batch_id` of `app_id`, when given), searched from the newest commits
+    backwards (16, then 256, then all): maintenance commits (compaction, vacuum) carry none and
+    are passed over. Maintenance never removes the log entry of the newest synclib commit (see
+    `synclib.delta.maintenance`), so a table with synclib commits always yields one; an older
+    batch's entry may be gone with the expired log."""
     for limit in _HISTORY_PAGES:
         history = table.history(limit)
         for commit in history:
-            if synclib_metadata(commit) is not None:
+            metadata = synclib_metadata(commit)
+            if metadata is not None and (app_id is None or (
+                    metadata.get(META_APP_ID) == app_id and int(metadata.get(META_BATCH_ID, -1)) == batch_id)):
                 return commit
         if limit is None or len(history) < limit:
             return None

@@ -11,7 +11,9 @@ Two writers, chosen by `engine`:
 
 - `delta-rs`: a PySpark Python streaming data source (format `synclib_delta`). Executor
   tasks write Parquet files into the table directory in parallel; the driver commits all
-  their add actions in one Delta commit with the `deltalake` package.
+  their add actions in one Delta commit with the `deltalake` package. On the direct write
+  path the source's read tasks write the files and `DirectBatchCommit` (`foreachBatch`)
+  collects their add actions and makes the same commit in the driver.
 - `delta-spark`: Spark's native Delta writer in `foreachBatch`, with the idempotent-write
   options `txnAppId`/`txnVersion` and the same metadata as JSON in `userMetadata`.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction, create_table_with_add_actions
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -49,8 +51,10 @@ from synclib.delta.table import (
     current_table,
     holds_batch,
     latest_metadata,
+    latest_synclib_commit,
     open_table,
     parse_offsets,
+    synclib_metadata,
 )
 from synclib.locations import normalize_location
 from synclib.offsets import parse_offsets_json
@@ -99,6 +103,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self._checkpoint = options["checkpointLocation"]
         self._partition_by: list[str] = json.loads(options.get("partitionBy") or "[]")
         self._log_checkpoints = parse_bool(options.get("logCheckpoints", "true"))
+        self._run_id = options.get("runId")
         self._schema = arrow_schema(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
@@ -111,11 +116,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         table = current_table(self._path)
         if table is not None:
             if holds_batch(table, app_id, batchId):
-                logger.info("batch %d of %s is already in %s: skipped", batchId, app_id, self._path)
                 parquet.delete_files(self._path, files)
+                check_replay(table, self._path, app_id, batchId, offsets)
                 return
             if not files and _same_offsets(offsets, latest_metadata(table)):
                 return
+        if self._run_id:  # another run took the checkpoint over: it commits this batch, not us
+            spark_checkpoint.check_run(self._checkpoint, self._run_id)
         properties = CommitProperties(
             custom_metadata=commit_metadata(app_id, batchId, offsets),
             app_transactions=[Transaction(app_id, batchId)])
@@ -139,33 +146,28 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                                           for f in m.files])
 
 
-class DirectStreamWriter(DeltaStreamWriter):
-    """The direct write path's sink (`synclib.delta.direct`): the rows are the add actions of
-    the files the read tasks wrote; `commit` is the row path's. `schema` is the table's."""
+class DirectBatchCommit:
+    """The direct write path's sink (`synclib.delta.direct`), a `foreachBatch` function: the
+    batch's rows are the add actions of the files its read tasks wrote; they are collected to
+    the driver and committed there by the row path's `commit`. No sink task and no Python
+    process for the commit: a one-row batch costs one Python worker instead of three."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
-        files: list[AddAction] = []
-        try:
-            for batch in iterator:
-                files.extend(direct.add_actions([batch]))
-        except BaseException:
-            parquet.delete_files(self._path, files)
-            raise
-        return AddedFiles(files)
+    def __init__(self, writer: DeltaStreamWriter) -> None:
+        self._writer = writer
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self._writer.commit([AddedFiles(direct.add_actions(batch.toArrow().to_batches()))], batch_id)
 
 
 class DeltaSink(DataSource):
-    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list);
-    `tableSchema` (Spark's JSON) when the rows are the direct write path's add actions."""
+    """Format `synclib_delta`: options `path`, `checkpointLocation`, `partitionBy` (JSON list),
+    `logCheckpoints`, `runId`."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DeltaStreamWriter:
-        table_schema = self.options.get("tableSchema")
-        if table_schema:
-            return DirectStreamWriter(StructType.fromJson(json.loads(table_schema)), self.options)
         return DeltaStreamWriter(schema, self.options)
 
 
@@ -178,17 +180,27 @@ class DeltaSparkBatchWriter:
     crash between the Delta commit and Spark's checkpoint commit); the `synclib.*` metadata
     goes to the commit's `userMetadata` as JSON. A write that loses a conflict to a commit
     beside it (a table property change by maintenance, say) is retried: being idempotent, a
-    retry can neither duplicate nor lose the batch.
+    retry can neither duplicate nor lose the batch. A batch the table holds is checked
+    (`check_replay`, read with delta-rs) and skipped before Delta is asked; with `run_id`, the
+    checkpoint's run marker is checked before each write.
     """
 
-    def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str]) -> None:
+    def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str],
+                 run_id: str | None = None) -> None:
         self._path = path
         self._checkpoint = checkpoint_location
         self._partition_by = list(partition_by)
+        self._run_id = run_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batch_id)
+        table = current_table(self._path)
+        if table is not None and holds_batch(table, app_id, batch_id):  # Delta would skip it too
+            check_replay(table, self._path, app_id, batch_id, offsets)
+            return
+        if self._run_id:
+            spark_checkpoint.check_run(self._checkpoint, self._run_id)
         writer = (batch.write.format("delta").mode("append")
                   .option("txnAppId", app_id).option("txnVersion", batch_id)
                   .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
@@ -275,7 +287,8 @@ class DeltaStream:
     `timestamp`) and partitions by it after `partition_by`. `trigger` holds keyword arguments for
     `DataStreamWriter.trigger`, e.g. `{"availableNow": True}` or `{"processingTime": "10 seconds"}`.
     `log_checkpoints` false: delta-rs batch commits write no Delta log checkpoints (maintenance
-    writes them)."""
+    writes them). `run_id`: each commit first checks the checkpoint's run marker
+    (`synclib.spark_checkpoint.check_run`)."""
 
     path: str
     checkpoint_location: str
@@ -285,6 +298,7 @@ class DeltaStream:
     trigger: Mapping[str, Any] | None = None
     query_name: str | None = None
     log_checkpoints: bool = True
+    run_id: str | None = None  # the job's run: no commit once the checkpoint's run marker names another
 
     @property
     def table_path(self) -> str:
@@ -334,17 +348,41 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream,
                 ", read tasks writing the files" if direct_path else "", partition_by or "nothing", stream.checkpoint)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
-        batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by)
+        batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id)
         return stream.writer(df).foreachBatch(batch_writer).start()
-    spark.dataSource.register(DeltaSink)
+    options = {"path": table_path, "checkpointLocation": stream.checkpoint,
+               "partitionBy": json.dumps(partition_by), "logCheckpoints": str(stream.log_checkpoints).lower()}
+    if stream.run_id:
+        options["runId"] = stream.run_id
     if direct is not None:
         files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
-        writer = stream.writer(files).option("tableSchema", df.schema.json())
-    else:
-        writer = stream.writer(df)
-    return (writer.format(FORMAT).option("path", table_path)
-            .option("partitionBy", json.dumps(partition_by))
-            .option("logCheckpoints", str(stream.log_checkpoints).lower()).start())
+        return stream.writer(files).foreachBatch(DirectBatchCommit(DeltaStreamWriter(df.schema, options))).start()
+    spark.dataSource.register(DeltaSink)
+    return stream.writer(df).format(FORMAT).options(**options).start()
+
+
+class ReplayMismatch(RuntimeError):
+    """A batch the table holds already was planned with other offsets than the table recorded."""
+
+
+def check_replay(table: DeltaTable, path: str, app_id: str, batch_id: int, offsets: str | None) -> None:
+    """A batch the table holds already (a replay after a crash between the Delta commit and
+    Spark's) is skipped; it must be the batch the table holds: its end offsets those recorded
+    with its commit. Two runs of one checkpoint that planned batch `batch_id` differently would
+    otherwise lose or duplicate the offsets between the two ends. Unchecked (logged) when the
+    commit's log entry has expired."""
+    commit = latest_synclib_commit(table, app_id, batch_id)
+    if commit is None:
+        logger.info("batch %d of %s is already in %s: skipped (its commit's log entry has expired)",
+                    batch_id, app_id, path)
+        return
+    recorded = synclib_metadata(commit)
+    if not _same_offsets(offsets, recorded):
+        raise ReplayMismatch(
+            f"batch {batch_id} of {app_id} is in {path} (version {commit.get('version')}) with end offsets "
+            f"{(recorded or {}).get(META_OFFSETS)}, but the checkpoint's offsets/{batch_id} says {offsets}: two runs "
+            f"planned this batch differently; stop every run of this checkpoint and start one")
+    logger.info("batch %d of %s is already in %s: skipped", batch_id, app_id, path)
 
 
 def _same_offsets(offsets: str | None, metadata: Mapping[str, Any] | None) -> bool:

@@ -167,6 +167,11 @@ class SourceOptions(SourceConfig):
     """Where the reader keeps the offsets its first micro-batch starts from (the job sets it inside
     the checkpoint): Spark asks a Python source for them again when it restarts before that batch
     commits, and `latest` or `committed` would answer differently then."""
+    run_id: String | None = Field(None, serialization_alias="runId")
+    """The job's run (the job sets it, with `runCheckpoint`): the driver plans no batch once the
+    checkpoint's run marker names another run (`synclib.spark_checkpoint.check_run`)."""
+    run_checkpoint: String | None = Field(None, serialization_alias="runCheckpoint")
+    """The checkpoint whose run marker `runId` is checked against."""
     ending_offsets: String | None = Field(None, serialization_alias="endingOffsets")
     """Batch reads (`spark.read`) only: `latest` (the default) or offsets JSON, where the read ends
     (exclusive); the read is not gated."""

@@ -57,6 +57,7 @@ from synclib.source.status import (
     group_offsets,
     leader_commit_age,
 )
+from synclib.spark_checkpoint import check_run
 
 logger = logging.getLogger(__name__)
 
@@ -287,6 +288,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             limit = self.getDefaultReadLimit()
         else:
             start_offsets = parse_offsets_json(start)
+        if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
+            check_run(self.options.run_checkpoint, self.options.run_id)
         planner = self.planner
         if planner.publisher is not None:
             # Spark plans a batch only once the previous one is committed, so everything below

@@ -1,4 +1,4 @@
-"""The tests' S3 server (S3Proxy, tests/object_store.py): what it implements of what exactly once
+"""The tests' S3 server (S3Proxy, benchmarks/object_store.py): what it implements of what exactly once
 needs, and the job's check of its S3 locations before Spark starts (synclib.app.storage).
 
 What S3Proxy 2.6.0 (filesystem backend) does, established here: listing from an offset
@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from benchmarks.object_store import S3Server
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
 from synclib.locations import s3_filesystem
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
-from tests.object_store import S3Server
 
 
 def job_config(s3: dict[str, object], bucket: str) -> ForwarderConfig:

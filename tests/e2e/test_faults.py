@@ -36,11 +36,11 @@ from benchmarks.job_files import (
     verify_table,
 )
 from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
+from benchmarks.object_store import SECRET_ACCESS_KEY, S3Server
 from synclib.delta.table import read_arrow
 from synclib.delta.writer import DeltaStream, start_delta_stream
 from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
-from tests.object_store import SECRET_ACCESS_KEY, S3Server
 from tests.spark.test_source import World, offsets
 from tests.support import produce, publish_commit, publish_raw, wait_until
 

@@ -22,13 +22,13 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from benchmarks.object_store import S3Server
 from synclib import spark_checkpoint
 from synclib.delta import spark_maintenance
 from synclib.delta.maintenance import run_pass
 from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
-from tests.object_store import S3Server
 from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
 
 COMPACT_NOW = MaintenanceConfig(min_age="0s", vacuum_retention="0s")

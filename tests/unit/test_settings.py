@@ -26,8 +26,8 @@ OPTION_NAMES = {
     "subscribe", "subscribePattern", "assign", "commitLogTopic", "synchronizeCommitGroups", "consumerGroup",
     "startingOffsets", "initialOffsetReset", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     "staleAfter", "brokerTimeout", "commitLogTimeout", "readStallTimeout", "commitToConsumerGroup",
-    "publishCommitLog", "remoteOffsets", "statusFile", "initialOffsetsFile", "endingOffsets", "pollTimeoutMs",
-    "remotePollInterval", "kafka.bootstrap.servers",
+    "publishCommitLog", "remoteOffsets", "statusFile", "initialOffsetsFile", "runId", "runCheckpoint",
+    "endingOffsets", "pollTimeoutMs", "remotePollInterval", "kafka.bootstrap.servers",
 }
 
 

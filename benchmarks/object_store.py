@@ -1,6 +1,7 @@
-"""An S3-compatible server for the tests: S3Proxy (jvm/ivy.xml `s3proxy`) with its filesystem
-backend, on a free loopback port, tied to the test process like the brokers. Every request is
-logged (`requests`), so tests and benchmarks can count them by kind."""
+"""An S3-compatible server for the tests and benchmarks: S3Proxy (jvm/ivy.xml `s3proxy`) with its
+filesystem backend, on a free loopback port, tied to this process like the brokers. Every request
+is logged (`requests`, `log`), so tests and benchmarks can count them, and `classify` tells what
+a request is (LIST, GET, PUT, ...) and whose (Spark's checkpoint, the Delta log, data files)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from benchmarks.jvm import jars
 from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this_process, wait_for_port
@@ -33,6 +35,62 @@ _LOGBACK = """<configuration>
 </configuration>
 """
 _REQUEST = re.compile(r"request: Request\((?P<method>[A-Z]+) (?P<uri>\S+)\)")
+
+SYNCLIB_DIR = "synclib"  # synclib's own files in a checkpoint (synclib.spark_checkpoint.synclib_file)
+DELTA_LOG = "delta log"
+DATA_FILES = "data files"
+SPARK_CHECKPOINT = "spark checkpoint"
+SYNCLIB_FILES = "synclib files"
+OTHER = "other"
+
+
+class Request(NamedTuple):
+    method: str
+    key: str  # bucket/key, unquoted; for a listing bucket/prefix
+    query: dict[str, list[str]]
+    listing: bool = False
+
+
+def parse_request(method: str, uri: str) -> Request:
+    """One logged request: the method, the object key (a listing's prefix) and the query."""
+    parts = urlsplit(uri)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    key = unquote(parts.path).strip("/")
+    if method == "GET" and ("list-type" in query or "/" not in key):  # ListObjects(V2) on a bucket
+        return Request(method, f"{key}/{query.get('prefix', [''])[0]}", query, listing=True)
+    return Request(method, key, query)
+
+
+def kind(request: Request) -> str:
+    """The request as S3 prices it: LIST, GET, HEAD, PUT (a part upload too), POST (creating or
+    completing a multipart upload) or DELETE (a multi-object delete, POST ?delete, too)."""
+    if request.listing:
+        return "LIST"
+    if request.method == "POST" and "delete" in request.query:
+        return "DELETE"
+    return request.method
+
+
+def owner(request: Request, table: str, checkpoint: str) -> str:
+    """Whose object a request touches: the Delta log (`table`/_delta_log, and the table's root),
+    the table's data files, synclib's own files in the checkpoint (`synclib/`), Spark's checkpoint
+    (the rest of it: offsets, commits, metadata, sources, their temporary files); `table` and
+    `checkpoint` as bucket/key prefixes."""
+    key = request.key.rstrip("/")
+    if key == table or key.startswith(f"{table}/_delta_log"):
+        return DELTA_LOG
+    if key.startswith(f"{table}/"):
+        return DATA_FILES
+    if key == f"{checkpoint}/{SYNCLIB_DIR}" or key.startswith(f"{checkpoint}/{SYNCLIB_DIR}/"):
+        return SYNCLIB_FILES
+    if key == checkpoint or key.startswith(f"{checkpoint}/"):
+        return SPARK_CHECKPOINT
+    return OTHER
+
+
+def bucket_key(location: str) -> str:
+    """`s3://bucket/key` or `s3a://bucket/key` as bucket/key."""
+    return location.split("://", 1)[1].strip("/")
 
 
 class S3Server:
@@ -112,10 +170,24 @@ class S3Server:
         except urllib.error.HTTPError as error:
             return int(error.code)
 
+    def log(self) -> list[Request]:
+        """Every request served so far, in order (a benchmark marks a point with `len(log())`)."""
+        text = self.log_path.read_text() if self.log_path.exists() else ""
+        return [parse_request(match["method"], match["uri"]) for match in _REQUEST.finditer(text)]
+
     def requests(self) -> Counter[str]:
         """The requests served so far, by HTTP method."""
-        text = self.log_path.read_text() if self.log_path.exists() else ""
-        return Counter(match["method"] for match in _REQUEST.finditer(text))
+        return Counter(request.method for request in self.log())
+
+    def local_path(self, location: str) -> str:
+        """Where the filesystem backend keeps the objects under `location` (s3://bucket/key): a
+        benchmark watches a table's log there without adding requests to the count."""
+        return str(self.directory / "data" / bucket_key(location))
+
+    def overrides(self) -> list[str]:
+        """The `storage.s3` settings as config overrides (`--set` syntax)."""
+        return [f"storage.s3.{key}={str(value).lower() if isinstance(value, bool) else value}"
+                for key, value in self.storage_settings().items()]
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self._process is None:
