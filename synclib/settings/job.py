@@ -112,9 +112,9 @@ class CheckpointConfig(Section):
 class TriggerConfig(Section):
     """`trigger`: micro-batch interval, or one Trigger.AvailableNow run."""
 
-    processing_time: Duration = 0.25
-    """The micro-batch interval; 250 ms keeps a leader's commit within about half a second of the table
-    (see [Choosing the
+    processing_time: Duration = 0.4
+    """The micro-batch interval; 400 ms fits a one-row micro-batch on two cores and keeps a leader's
+    commit within about half a second of the table (see [Choosing the
     trigger](operations/writer-and-trigger.md#choosing-the-trigger))."""
     available_now: Boolean = False
     """Read what is available in one Trigger.AvailableNow run, then stop (same as `--available-now`)."""
