@@ -18,6 +18,7 @@ from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.simulation import SimulationError
 from synclib.embedded.world import EventProducer, produce_backlog
 from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
+from tests import mock_cluster
 from tests.support import wait_until
 
 GROUP = "snuba-consumers"
@@ -221,6 +222,7 @@ def simulation_arguments(bootstrap_servers):
             "group": GROUP, "lag": 0.2, "commit_interval": 0.1}
 
 
+@mock_cluster.NO_CREATE_TOPICS  # simulate() creates its topics with Kafka's admin API
 def test_the_embedded_defaults_simulation_runs_in_a_process_of_its_own_and_stops_cleanly(bootstrap_servers, client):
     arguments = simulation_arguments(bootstrap_servers)
     simulation = SimulationProcess(arguments, "INFO").start()
@@ -243,6 +245,7 @@ time.sleep(300)
 """
 
 
+@mock_cluster.NO_CREATE_TOPICS
 @pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
                     reason="needs Linux's /proc and util-linux's setpriv with --pdeathsig")
 def test_the_simulation_process_ends_when_its_starter_is_killed(bootstrap_servers):
