@@ -169,4 +169,8 @@ def s3(s3_server: S3Server, spark):  # type: ignore[no-untyped-def]
     from synclib.settings.storage import S3Config
 
     use_storage(spark, S3Config(**s3_server.storage_settings()))
+    # PySpark gives a data source the session's environment as it is when the source is registered:
+    # registered again, the source's planner (a Python process Spark starts) reaches the server too,
+    # as in the job, which sets its storage before it registers the source.
+    register(spark)
     return s3_server
