@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)  # the venv's: synclib and pyspark are installed there
 SPARK_SUBMIT = PYTHON.parent / "spark-submit"
 FORWARDER = ROOT / "jobs" / "forwarder.py"
+DEAD_LETTERS = ROOT / "jobs" / "dead_letters.py"
 SPARK_CONF = ("spark.ui.enabled=false", "spark.sql.shuffle.partitions=2")
 
 T = TypeVar("T")
@@ -105,10 +106,11 @@ def classpath_options(config: Path) -> list[str]:
 
 
 class JobRun:
-    """One `spark-submit jobs/forwarder.py` process session, output in `<log_dir>/<name>.*`."""
+    """One `spark-submit jobs/forwarder.py` (or another synclib job file, `job`) process session,
+    output in `<log_dir>/<name>.*`."""
 
     def __init__(self, config: Path, log_dir: Path, name: str, args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, job: Path = FORWARDER) -> None:
         self.stdout_path = log_dir / f"{name}.stdout"
         self.stderr_path = log_dir / f"{name}.stderr"
         scratch = log_dir / "tmp"  # Spark's and Python's temporary files, left behind by kills
@@ -116,7 +118,7 @@ class JobRun:
         command = [str(SPARK_SUBMIT), "--master", "local[2]"]
         for conf in (*SPARK_CONF, f"spark.local.dir={scratch}"):
             command += ["--conf", conf]
-        command += [*classpath_options(config), str(FORWARDER), "--config", str(config), *args]
+        command += [*classpath_options(config), str(job), "--config", str(config), *args]
         environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
                        "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:

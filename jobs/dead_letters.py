@@ -6,7 +6,8 @@
 `--where` is a Spark SQL condition on the dead-letter table's columns, e.g.
 "error_class = 'CAST_OVERFLOW'" or "topic = 'events' and batch_id >= 40". Exit codes: 0 done
 (a replay: every selected dead letter is in the main table), 1 some still fail the transform,
-2 invalid configuration. See synclib.delta.replay.
+2 invalid configuration, 4 an `s3://` location cannot be listed with the `storage` settings.
+`storage.s3` applies as in the forwarder. See synclib.delta.replay.
 """
 
 import sys

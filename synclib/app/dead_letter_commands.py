@@ -6,14 +6,18 @@
 `--where` is a Spark SQL condition on the dead-letter table's columns, e.g.
 "error_class = 'CAST_OVERFLOW'" or "topic = 'events' and batch_id >= 40". Exit codes: 0 done
 (a replay: every selected dead letter is in the main table), 1 some still fail the transform,
-2 invalid configuration. The work is synclib.delta.replay's.
+2 invalid configuration, 4 an `s3://` location cannot be listed with the `storage` settings
+(checked before Spark starts). The session is the forwarder's (`job_session`: the same
+`storage.s3`). The work is synclib.delta.replay's.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from synclib.app.command_line import config_parser, exit_on_config_error
+from synclib.app.preflight import EXIT_STORAGE, StorageUnavailable, check_storage
 from synclib.app.transform import load_transform
 from synclib.settings import load_config
 
@@ -28,12 +32,17 @@ def main(argv: Sequence[str]) -> int:
         config = load_config(args.config, args.overrides)
         transform = load_transform(config.transform, args.config) if config.transform else None
 
-    from pyspark.sql import SparkSession
-
+    try:
+        check_storage(config)
+    except StorageUnavailable as exc:
+        print(f"dead_letters: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
+    # Here: pyspark, deltalake and the sink load only once the configuration and storage are checked.
+    from synclib.app.forwarder import job_session
     from synclib.delta.replay import dead_letters, replay
     from synclib.delta.writer import resolve_engine
 
-    spark = SparkSession.builder.appName("synclib-dead-letters").getOrCreate()
+    spark = job_session(config, "synclib-dead-letters")
     sink = config.sink
     if args.command == "list":
         letters = dead_letters(spark, sink.dead_letters_path, sink.path, args.where)

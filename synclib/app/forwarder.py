@@ -67,9 +67,7 @@ class Forwarder:
                                                        source.read_stall_timeout) + config.trigger.processing_time)
 
     def run(self) -> int:
-        spark = self._session()
-        if s3_locations(self.config):
-            use_storage(spark, self.config.storage.s3)
+        spark = job_session(self.config, "synclib-forwarder")
         stop = StopRequest()
         stop.install(spark)
         with ExitStack() as resources:
@@ -89,15 +87,6 @@ class Forwarder:
             query = self.start(spark, bootstrap, status_path)
             resources.enter_context(self._maintenance(spark))
             return self._watch(spark, query, stop, run_for, status_path)
-
-    @staticmethod
-    def _session() -> SparkSession:
-        spark = SparkSession.builder.appName("synclib-forwarder").getOrCreate()
-        if is_connect(spark):
-            logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
-        elif not spark.sparkContext.getConf().contains("spark.log.level"):
-            spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
-        return spark
 
     def source_options(self, bootstrap: str, status_path: str) -> dict[str, str]:
         options = self.config.source_options(bootstrap)
@@ -275,6 +264,20 @@ class Forwarder:
         print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
                              self.config.logging.partition_table_rows), flush=True)
         return EXIT_OK
+
+
+def job_session(config: ForwarderConfig, app_name: str) -> SparkSession:
+    """The session of a synclib job (the forwarder, the dead-letter commands): Spark's log level
+    WARN unless `spark.log.level` is set, and `storage.s3` (`use_storage`) when a location of the
+    job is on S3, before anything is registered or read."""
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    if is_connect(spark):
+        logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
+    elif not spark.sparkContext.getConf().contains("spark.log.level"):
+        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
+    if s3_locations(config):
+        use_storage(spark, config.storage.s3)
+    return spark
 
 
 def use_storage(spark: SparkSession, s3: S3Config) -> None:

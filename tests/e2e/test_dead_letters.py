@@ -2,15 +2,16 @@
 poison events at known offsets of two partitions (a value that is not JSON, a number too large
 for the int column, a field the transform raises on); the job is killed in each crash window of a
 batch with dead letters, restarted, and at the end the main table holds every other offset once
-and the dead-letter table exactly the poison offsets once."""
+and the dead-letter table exactly the poison offsets once. The kill test runs on the S3 server
+(both tables at `s3://`, the checkpoint at `s3a://`); it times its kills from the files in the
+server's backing directory, and the status command and `jobs/dead_letters.py list` read the
+tables through the S3 API with the config's `storage.s3` alone."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,15 +22,17 @@ import pytest
 from chispa import assert_df_equality
 
 from benchmarks.job_files import delta_batches
-from benchmarks.job_world import JobRun, job_config, wait_for, write_config
+from benchmarks.job_world import DEAD_LETTERS, JobRun, job_config, wait_for, write_config
+from benchmarks.object_store import S3Server
 from benchmarks.poison import ERROR_COLUMN
 from synclib import spark_checkpoint
 from synclib.delta.table import read_arrow
-from tests.forwarder_runs import ROOT, run_status
+from tests.forwarder_runs import run_status
 from tests.poison import EVENTS_PER_PARTITION, POISON, good_rows, poison_rows, produce_poisoned
 from tests.support import publish_commit
 
 JOB_TIMEOUT_S = 600.0
+LIST_TIMEOUT_S = 300.0
 WINDOW_TIMEOUT_S = 600.0  # a run starts Spark, replays and reaches the window: minutes at load 20 on 2 cores
 READING, MAIN_COMMITTED, BOTH_COMMITTED = "reading", "main-committed", "both-committed"
 
@@ -42,7 +45,8 @@ def rows(table: Path, *columns: str) -> list[tuple[Any, ...]]:
 
 
 class Files:
-    """The job's checkpoint and both tables, read while it is frozen."""
+    """The job's checkpoint and both tables under `directory` (on the S3 server: its bucket's
+    directory), read while the job is frozen."""
 
     def __init__(self, directory: Path, topic: str) -> None:
         self.checkpoint, self.topic = directory / "checkpoint", topic
@@ -118,12 +122,17 @@ def poisoned_job(producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path
 
 @pytest.mark.slow
 def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in_every_window(
-        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path: Path) -> None:
+        spark: Any, producer: Any, bootstrap_servers: str, new_topic: Any, s3_server: S3Server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in os.environ if name.startswith("AWS_")]:  # set by the `s3` fixture, if used
+        monkeypatch.delenv(name)  # the job and the readers reach the server with the config's storage.s3 alone
+    bucket = s3_server.bucket()
     events, config = poisoned_job(
         producer, bootstrap_servers, new_topic, tmp_path, "dl",
         source={"max_offsets_per_trigger": 4},  # 12 batches, 5 with a poison event
-        sink={"dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}})
-    files = Files(tmp_path, events)
+        sink={"path": f"s3://{bucket}/table", "dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}},
+        checkpoint={"location": f"s3a://{bucket}/checkpoint"}, storage={"s3": s3_server.storage_settings()})
+    files = Files(s3_server.directory / "data" / bucket, events)
     killed = []
     for number, (target, want) in enumerate([(READING, lambda batch: True),
                                              (MAIN_COMMITTED, lambda batch: True),
@@ -140,27 +149,27 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
     output = final.output()
     assert re.search(r"dead letters: \d+ this run", output), output[-3000:]
     assert len({v for _, v in delta_batches(files.dead)}) == len(delta_batches(files.dead))  # each batch once
-    assert_readers_exit_cleanly(config, events)
+    assert_readers_exit_cleanly(config, events, tmp_path)
 
 
 STATUS_RUNS, LIST_RUNS = 20, 5  # deltalake's own read aborted 10 of 12 status runs (issue 26)
 
 
-def assert_readers_exit_cleanly(config: Path, events: str) -> None:
-    """The status command and the dead-letter list, each run again and again in a fresh
-    interpreter, report the dead letters and exit 0 every time: reading a Delta table into Arrow
-    through deltalake's own filesystem aborted the interpreter at exit in most runs."""
+def assert_readers_exit_cleanly(config: Path, events: str, log_dir: Path) -> None:
+    """The status command and the dead-letter list (`spark-submit jobs/dead_letters.py`, as the
+    job is run), each run again and again in a fresh interpreter, report the dead letters and
+    exit 0 every time: reading a Delta table into Arrow through deltalake's own filesystem
+    aborted the interpreter at exit in most runs."""
     for run in range(STATUS_RUNS):
         status = run_status("--config", str(config), "--json")
         assert status.returncode == 0, (run, status.returncode, status.stderr[-2000:])
         assert json.loads(status.stdout)["dead_letters"]["by_topic"] == {events: len(POISON)}, status.stdout
     for run in range(LIST_RUNS):
-        listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(config),
-                                 "list"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
-        assert listed.returncode == 0, (run, listed.returncode, listed.stderr[-2000:])
-        offsets = {tuple(map(int, m)) for m in re.findall(rf"^{events}\[(\d+)\] offset (\d+) ", listed.stdout, re.M)}
-        assert offsets == set(POISON), listed.stdout
+        listed = JobRun(config, log_dir, f"list-{run}", ["list"], job=DEAD_LETTERS)
+        assert listed.wait(LIST_TIMEOUT_S) == 0, (run, listed.tail())
+        stdout = listed.stdout_path.read_text()
+        offsets = {tuple(map(int, m)) for m in re.findall(rf"^{events}\[(\d+)\] offset (\d+) ", stdout, re.M)}
+        assert offsets == set(POISON), stdout
 
 
 @pytest.mark.slow
