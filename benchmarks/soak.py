@@ -167,9 +167,11 @@ def _runs_forwarder_in_python(pid: int) -> bool:
 
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
-         log: Any = print, engine: str = "delta-rs", **maintenance: Any) -> SoakReport:
+         log: Any = print, engine: str = "delta-rs", min_passes: int = 0, **maintenance: Any) -> SoakReport:
     """Run the soak in `directory` with `sink.engine: engine`; `maintenance` overrides keys of
-    `sink.maintenance`. With delta-spark the kills land wherever the job is: the harness cannot
+    `sink.maintenance`. The last run goes on past `seconds` until the runs have reported
+    `min_passes` maintenance passes (at most `seconds` more): how many fit in the time depends on
+    the machine. With delta-spark the kills land wherever the job is: the harness cannot
     tell the files of Delta's OPTIMIZE from a batch's before they are committed."""
     settings = {"interval": "30s", "min_age": "30s", "target_file_size_mb": 64, "vacuum_retention": "5m",
                 **maintenance}
@@ -198,6 +200,7 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
                     finally:
                         os.kill(broker_pid, signal.SIGCONT)
                 _sleep_until(started + seconds, sampler.job)
+                _wait_for_passes(directory, min_passes, time.time() + seconds, sampler.job)
                 sampler.job.terminate()
                 sampler.job.wait(120)
             except BaseException:
@@ -231,6 +234,12 @@ def _sleep_until(moment: float, job: JobRun | None) -> None:
         if job is not None and job.returncode is not None:
             raise RuntimeError(f"the job exited ({job.returncode})\n{job.tail()}")
         time.sleep(min(left, 1.0))
+
+
+def _wait_for_passes(directory: Path, passes: int, deadline: float, job: JobRun | None) -> None:
+    """Wait until the runs have reported `passes` maintenance passes, or until `deadline`."""
+    while _maintenance_passes(directory) < passes and time.time() < deadline:
+        _sleep_until(min(deadline, time.time() + SAMPLE_INTERVAL_S), job)
 
 
 def _maintenance_passes(directory: Path) -> int:

@@ -214,7 +214,7 @@ class DeltaSparkBatchWriter:
                 if attempt == _CONFLICT_RETRIES or not _delta_conflict(exc):
                     raise
                 logger.warning("batch %d of %s: Delta commit conflict (%s), retrying", batch_id, app_id,
-                               _condition(exc))
+                               _condition(exc) or str(exc).strip().splitlines()[0][:200])
 
 
 _CONFLICT_RETRIES = 5
