@@ -1,6 +1,6 @@
 """Crash the forwarder anywhere; prove "exactly the leader's committed events, exactly once".
 
-    python -m benchmarks.crash_harness --kills 20 [--seed N] [--keep DIR]
+    python -m benchmarks.crash_harness --kills 20 [--seed N] [--keep DIR] [--object-store]
 
 Runs the real job (`spark-submit jobs/forwarder.py --config <yaml>`) against a live
 `EventProducer` and `SimulatedLeader` on its own embedded broker (or on
@@ -20,6 +20,10 @@ Windows, from the frozen files (`N` the last batch in `offsets/`):
   commit adds yet: compaction is between rewriting small files and committing the swap
   (the job runs maintenance every second on files older than half a second).
 
+With `--object-store` the table and the checkpoint are on an S3 server (S3Proxy, started by the
+harness): the job writes them through the S3 API, and the harness reads the same files in the
+server's backing directory, which adds no request and no latency to the job's.
+
 The job is restarted after every kill. At each kill the table must hold nothing at or
 beyond the leader's commit at that moment (the leader's commits only grow; it lags the
 producer by `LEADER_LAG_S`), no row twice, and exactly the offsets its newest Delta commit
@@ -32,6 +36,7 @@ leader's final commit exactly once, and no batch may be in two Delta commits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
@@ -55,6 +60,7 @@ from benchmarks.job_files import (
     verify_table,
 )
 from benchmarks.job_world import HarnessError, JobRun, KafkaWorld, wait_for, write_config
+from benchmarks.object_store import S3Server
 
 JOB_START_TIMEOUT_S = 180.0
 WINDOW_TIMEOUT_S = 120.0
@@ -110,16 +116,26 @@ class CrashHarness:
 
     The steps are public for longer scenarios (`benchmarks.soak`): `start` a run,
     `kill_in` a window (or anywhere), `finish`. `sections` are merged into the job's config.
+    With `store`, the table and the checkpoint are in a new bucket of that S3 server, read in its
+    backing directory; else under `directory`, which holds the config and the runs' output.
     """
 
     def __init__(self, world: KafkaWorld, directory: Path, seed: int | None = None,
-                 log: Callable[[str], None] = lambda line: None, **sections: Any) -> None:
+                 log: Callable[[str], None] = lambda line: None, store: S3Server | None = None,
+                 **sections: Any) -> None:
         self.world = world
         self.directory = directory
         self.rng = random.Random(seed)
         self.log = log
+        files = directory
+        if store is not None:
+            bucket = store.bucket("crash")
+            files = Path(store.local_path(f"s3://{bucket}"))
+            sections = {**sections, "sink": {**sections.get("sink", {}), "path": f"s3://{bucket}/table"},
+                        "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
+                        "storage": {"s3": store.storage_settings()}}
         self.config = write_config(directory / "forwarder.yaml", world.config(directory, **sections))
-        self.files = JobFiles(directory / "checkpoint", directory / "table")
+        self.files = JobFiles(files / "checkpoint", files / "table")
         self.tally = Tally()
         self._replay: int | None = None  # the batch of the last delta-committed kill
         self._job: JobRun | None = None
@@ -229,14 +245,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="write the job's files here and keep them")
+    parser.add_argument("--object-store", action="store_true",
+                        help="the table and the checkpoint on an S3 server (S3Proxy) under the files' directory")
     args = parser.parse_args(argv)
     directory = args.keep or Path(tempfile.mkdtemp(prefix="synclib-crash-"))
     directory.mkdir(parents=True, exist_ok=True)
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     print(f"crash harness: {args.kills} kills, files in {directory}, broker "
-          f"{external or 'embedded'}", flush=True)
-    with KafkaWorld(external) as world:
-        tally = CrashHarness(world, directory, args.seed, log=lambda line: print(line, flush=True)).run(args.kills)
+          f"{external or 'embedded'}{', table and checkpoint on S3' if args.object_store else ''}", flush=True)
+    with KafkaWorld(external) as world, contextlib.ExitStack() as stack:
+        store = stack.enter_context(S3Server(directory / "s3")) if args.object_store else None
+        tally = CrashHarness(world, directory, args.seed, log=lambda line: print(line, flush=True),
+                             store=store).run(args.kills)
     print(tally.report(), flush=True)
     return 0 if tally.ok else 1
 
