@@ -12,26 +12,38 @@ log cleanup send) carries `x-amz-checksum-sha256`, a header S3Proxy 2.6.0 does n
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
+import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.object_store import S3Server
+from synclib.app.preflight import EXIT_STORAGE
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
 from synclib.locations import s3_filesystem
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
+from tests.forwarder_runs import ROOT
 
 
-def job_config(s3: dict[str, object], bucket: str) -> ForwarderConfig:
-    return ForwarderConfig.model_validate({
+def job_yaml(s3: dict[str, object], bucket: str) -> dict[str, object]:
+    return {
         "kafka": {"bootstrap_servers": "127.0.0.1:9092"},
         "source": {"subscribe": "events", "commit_log_topic": "commit-log", "commit_groups": ["leader"]},
         "sink": {"path": f"s3://{bucket}/events"},
         "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
         "storage": {"s3": s3},
-    })
+    }
+
+
+def job_config(s3: dict[str, object], bucket: str) -> ForwarderConfig:
+    return ForwarderConfig.model_validate(job_yaml(s3, bucket))
 
 
 def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> None:
@@ -107,3 +119,16 @@ def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -
 
     with pytest.raises(StorageUnavailable, match=r"bucket 'no-such-bucket' does not exist .*; check sink\.path$"):
         check_storage(job_config(settings, "no-such-bucket"))
+
+
+def test_the_dead_letter_commands_check_the_locations_before_spark_starts(s3_server: S3Server, tmp_path: Path) -> None:
+    """`jobs/dead_letters.py` reads `storage.s3` as the job does: refused credentials are one line, exit 4."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_yaml({**s3_server.storage_settings(), "secret_access_key": "not-the-secret"},
+                                            s3_server.bucket())))
+    listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(path), "list"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+    assert listed.returncode == EXIT_STORAGE, listed.stderr[-2000:]
+    assert listed.stderr.startswith("dead_letters: cannot list s3://") and listed.stderr.count("\n") == 1, listed.stderr
+    assert "check storage.s3.access_key_id" in listed.stderr and "not-the-secret" not in listed.stderr
