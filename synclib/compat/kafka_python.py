@@ -128,6 +128,7 @@ class BatchRecords:
     first_timestamp: int
     max_timestamp: int
     timestamp_type: int
+    last_offset: int  # the batch header's: compaction may have removed the records up to it
 
 
 class LegacyRecord(Protocol):
@@ -215,7 +216,7 @@ def _batch_records(tp: TopicPartition, batch: Any) -> BatchRecords:
         raise MissingCodecError(tp, batch.base_offset, CODECS[codec].name if codec in CODECS else f"codec id {codec}")
     iter(batch)  # decompresses
     return BatchRecords(memoryview(batch._buffer)[batch._pos:], batch.records_count, batch.base_offset,
-                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type)
+                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type, batch.last_offset)
 
 
 def install(consumer: KafkaConsumer, partition_records: type) -> str | None:
