@@ -16,6 +16,7 @@ import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from synclib.compat import kafka_python
 from synclib.kafka.arrow_records import Records
 from synclib.kafka.client_config import for_consumer
 from synclib.kafka.fetch_path import RecordsConsumer
@@ -185,11 +186,9 @@ def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicParti
             positions[tp], last_progress[tp] = max(positions[tp], items[-1].offset + 1), now
         if not any(polled.values()):
             # Nothing came: a range may end in control markers, aborted records or a gap (the
-            # position moved past them), or be stalled. Asked only then: each position() call
-            # walks every assigned partition.
-            for tp in sorted(pending):
-                new_position = consumer.position(tp)
-                if new_position > positions[tp]:
+            # position moved past them), or be stalled. Asked only then.
+            for tp, new_position in kafka_python.positions(consumer, sorted(pending)).items():
+                if new_position is not None and new_position > positions[tp]:
                     positions[tp], last_progress[tp] = new_position, now
                 elif now - last_progress[tp] > stall_timeout_s:
                     _stalled(consumer, tp, ranges[tp], positions[tp], stall_timeout_s, fail_on_data_loss)
