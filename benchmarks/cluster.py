@@ -117,15 +117,19 @@ class Cluster:
         return KafkaProducer(**{**settings, **kafkaconf.for_producer(self.client_config)})
 
     def commit(self, log_topic: str, topic: str, offsets: PartitionEnds) -> float:
-        """Publish the leader's commit of `offsets`; returns when the broker acknowledged it."""
+        """Publish the leader's commit of `offsets` and wait for the broker's acknowledgement;
+        returns when the last of its messages was sent (time.time()), the earliest the follower can
+        have it all. Not the acknowledgement's time: with hundreds of partitions, in this process
+        busy producing the events, that came seconds after the forwarder had released the commit."""
         futures = []
         for partition, offset in sorted(offsets.items()):
             key, value = encode_commit(Commit(LEADER_GROUP, topic, partition, offset, orig_message_ts=time.time()))
             futures.append(self._producer.send(log_topic, key=key, value=value, partition=0))
+        sent = time.time()
         self._producer.flush(30)
         for future in futures:
             future.get(0)
-        return time.time()
+        return sent
 
     def close(self) -> None:
         self._producer.close(timeout=10)

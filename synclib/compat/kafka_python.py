@@ -12,6 +12,8 @@ partition into records. That needs kafka-python internals, all of them used here
   once iterating has decompressed it);
 - the fetcher's copy of the consumer's configuration (`Fetcher.config`): a read task sizes its
   fetches (`max_partition_fetch_bytes`, `fetch_max_bytes`) to the rows it still has to read;
+- the consumer's subscription state (`KafkaConsumer._subscription.assignment[tp].position`): a
+  read task asks for the positions of hundreds of partitions at once (`positions`);
 - kafka-python's own parser on raw bytes (constructing `Fetcher.PartitionRecords`) and its
   record builder (`MemoryRecordsBuilder`, plus the header layout of a v2 batch to make
   transaction markers): the start-up self-check and the tests use them.
@@ -128,6 +130,7 @@ class BatchRecords:
     first_timestamp: int
     max_timestamp: int
     timestamp_type: int
+    last_offset: int  # the batch header's: compaction may have removed the records up to it
 
 
 class LegacyRecord(Protocol):
@@ -215,7 +218,7 @@ def _batch_records(tp: TopicPartition, batch: Any) -> BatchRecords:
         raise MissingCodecError(tp, batch.base_offset, CODECS[codec].name if codec in CODECS else f"codec id {codec}")
     iter(batch)  # decompresses
     return BatchRecords(memoryview(batch._buffer)[batch._pos:], batch.records_count, batch.base_offset,
-                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type)
+                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type, batch.last_offset)
 
 
 def install(consumer: KafkaConsumer, partition_records: type) -> str | None:
@@ -237,6 +240,23 @@ def set_fetch_sizes(consumer: KafkaConsumer, partition_bytes: int, total_bytes: 
         return False
     config["max_partition_fetch_bytes"], config["fetch_max_bytes"] = partition_bytes, total_bytes
     return True
+
+
+def positions(consumer: KafkaConsumer, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+    """The fetch positions of assigned `partitions`. `KafkaConsumer.position` resets and validates
+    the positions of every assigned partition before answering for one: 256 calls over 256
+    partitions took about a second. One call does that, the others are read from the state it
+    left, or asked one by one where that state is not there."""
+    if not partitions:
+        return {}
+    found = {partitions[0]: consumer.position(partitions[0])}
+    assignment = getattr(getattr(consumer, "_subscription", None), "assignment", None)
+    for tp in partitions[1:]:
+        state = assignment.get(tp) if isinstance(assignment, dict) else None
+        position = getattr(state, "position", None)
+        offset = getattr(position, "offset", None)
+        found[tp] = offset if isinstance(offset, int) else consumer.position(tp)
+    return found
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,20 @@
 kafka-python turns every record into two Python objects (a DefaultRecord, then a
 ConsumerRecord) and decodes each varint in Python: about 5 µs a record, the ceiling of any
 consumer built on it. With `arrow_partition_records()` installed on a consumer's fetcher
-(`synclib.kafka.fetch_path` does that after a self-check), a whole fetch response of a
-partition is decoded at once instead: kafka-python still checks CRCs (crc32c) and
-decompresses each record batch; record boundaries come from a short Python loop (one
-varint per record); every other field is decoded by vectorized Arrow kernels, and keys and
-values are gathered into binary arrays without Python objects per record. `poll()` then
-returns `{tp: [DecodedRecords]}`: one item per fetch response, offsets ascending, starting
-at the fetch position. The kafka-python internals this needs are in `synclib.compat.kafka_python`.
+(`synclib.kafka.fetch_path` does that after a self-check), `poll()` returns `{tp:
+[FetchedRecords]}`, one item per fetch response: its record batches, CRC-checked (crc32c) and
+decompressed by kafka-python, not decoded yet. `decode_fetches` then decodes all of a poll's
+responses at once, every partition together: record boundaries come from a short Python loop
+(one varint per record); every other field is decoded by vectorized Arrow kernels, and keys
+and values are gathered into binary arrays without Python objects per record. The
+kafka-python internals this needs are in `synclib.compat.kafka_python`.
 
 Without them, `listed_records` turns the public API's ConsumerRecords into the same columns.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,19 +40,11 @@ _NO_HEADERS = -1
 
 @dataclass(frozen=True)
 class DecodedRecords:
-    """The records of one fetch response of one partition, offsets ascending."""
+    """Decoded records: a poll's, partition by partition, each partition's offsets ascending."""
 
     batch: pa.RecordBatch  # KAFKA_SCHEMA
     payload: bytes  # the record bytes the headers are decoded from
     header_positions: pa.Int64Array  # per row: where its header count is in payload; -1: none
-
-    @property
-    def offset(self) -> int:
-        """The last offset: kafka-python's fetcher skips items below its fetch position by it."""
-        return int(self.batch.column(4)[-1].as_py())
-
-    def __len__(self) -> int:
-        return int(self.batch.num_rows)
 
     def headers(self, start: int, stop: int, type_: pa.DataType) -> pa.Array:
         """The headers of rows [start, stop) as `type_` (Spark's `array<struct<key, value>>`);
@@ -171,14 +164,26 @@ def _record_starts(payload: bytes, segments: Sequence[BatchRecords]) -> list[int
     return starts
 
 
-def _per_record(segments: Sequence[BatchRecords], field: str, type_: pa.DataType) -> pa.Array:
-    run_ends = pa.array(list(accumulate(s.count for s in segments)), pa.int32())
-    values = pa.array([getattr(s, field) for s in segments], type_)
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values))
+def _per_record(run_ends: pa.Array, values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """Per record, the value of its batch (`run_ends`: where each batch's records end)."""
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, type_)))
 
 
-def _decode_v2(tp: TopicPartition, payload: bytes, segments: Sequence[BatchRecords], fetch_offset: int
-               ) -> DecodedRecords | None:
+@dataclass(frozen=True)
+class _Batch:
+    """A v2 batch of a fetch response, with where its partition's rows start and end."""
+
+    tp: TopicPartition
+    records: BatchRecords
+    fetch_offset: int
+    end: int
+
+
+def _decode_v2(run: Sequence[_Batch]) -> DecodedRecords | None:
+    """Consecutive v2 batches, of any partitions, decoded by one pass of Arrow kernels: a
+    batch's rows from its fetch offset up to its end."""
+    segments = [b.records for b in run]
+    payload = b"".join([*(s.payload for s in segments), _PADDING])
     starts = _record_starts(payload, segments)
     buffer = pa.py_buffer(payload)
     data = pa.Array.from_buffers(pa.uint8(), len(payload), [None, buffer])
@@ -195,69 +200,110 @@ def _decode_v2(tp: TopicPartition, payload: bytes, segments: Sequence[BatchRecor
     sane = pc.and_(pc.greater_equal(pc.min_element_wise(key_length, value_length), _i64(-1)),
                    pc.or_(plain, pc.greater(header_count, _ZERO)))
     if not pc.all(sane).as_py() or pc.min(length).as_py() < 0:
-        raise CorruptRecordError(f"{tp}: malformed record in a batch starting at offset {segments[0].base_offset}")
+        bad = run[bisect.bisect_right(list(accumulate(s.count for s in segments)),
+                                      pc.index(pc.and_(sane, pc.greater_equal(length, _ZERO)), False).as_py())]
+        raise CorruptRecordError(f"{bad.tp}: malformed record in a batch starting at offset "
+                                 f"{bad.records.base_offset}")
 
-    offsets = pc.add(_per_record(segments, "base_offset", pa.int64()), offset_delta)
-    first = pc.sum(pc.less(offsets, _i64(fetch_offset))).as_py() or 0
-    count = len(starts) - first
-    if count <= 0:
-        return None
-    created = pc.add(_per_record(segments, "first_timestamp", pa.int64()), timestamp_delta)
-    timestamp_type = _per_record(segments, "timestamp_type", pa.int32())
+    run_ends = pa.array(list(accumulate(s.count for s in segments)), pa.int32())
+    offsets = pc.add(_per_record(run_ends, [s.base_offset for s in segments], pa.int64()), offset_delta)
+    keep = pc.and_(pc.greater_equal(offsets, _per_record(run_ends, [b.fetch_offset for b in run], pa.int64())),
+                   pc.less(offsets, _per_record(run_ends, [b.end for b in run], pa.int64())))
+    created = pc.add(_per_record(run_ends, [s.first_timestamp for s in segments], pa.int64()), timestamp_delta)
+    timestamp_type = _per_record(run_ends, [s.timestamp_type for s in segments], pa.int32())
     millis = pc.if_else(pc.equal(timestamp_type, pa.scalar(_LOG_APPEND_TIME, pa.int32())),
-                        _per_record(segments, "max_timestamp", pa.int64()), created)
-
-    def rows(array: pa.Array) -> pa.Array:
-        return array.slice(first) if first else array
-
+                        _per_record(run_ends, [s.max_timestamp for s in segments], pa.int64()), created)
     batch = pa.RecordBatch.from_arrays([
-        _binary(buffer, rows(key_start), rows(key_length)),
-        _binary(buffer, rows(value_start), rows(value_length)),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), count),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), count),
-        rows(offsets),
-        pc.multiply(rows(millis), _i64(1000)).cast(pa.timestamp("us", tz="UTC")),
-        rows(timestamp_type),
+        _binary(buffer, key_start, key_length),
+        _binary(buffer, value_start, value_length),
+        _per_record(run_ends, [b.tp.topic for b in run], pa.string()),
+        _per_record(run_ends, [b.tp.partition for b in run], pa.int32()),
+        offsets,
+        pc.multiply(millis, _i64(1000)).cast(pa.timestamp("us", tz="UTC")),
+        timestamp_type,
     ], schema=KAFKA_SCHEMA)
     header_positions = pc.if_else(pc.greater(header_count, _ZERO), header_position, _i64(_NO_HEADERS))
-    return DecodedRecords(batch, payload, rows(header_positions))
+    if not pc.all(keep).as_py():
+        batch, header_positions = batch.filter(keep), header_positions.filter(keep)
+    return DecodedRecords(batch, payload, header_positions) if batch.num_rows else None
 
 
-def _record_columns(tp: TopicPartition, records: Sequence[LegacyRecord]) -> pa.RecordBatch:
+def _record_columns(records: Sequence[Any], topic: pa.Array, partition: pa.Array) -> pa.RecordBatch:
     """Records kafka-python parsed one by one (v0/v1 records, ConsumerRecords) as columns."""
-    count = len(records)
     millis = [(r.timestamp if r.timestamp is not None else -1) * 1000 for r in records]
     return pa.RecordBatch.from_arrays([
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.value for r in records], pa.binary()),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), count),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), count),
+        topic,
+        partition,
         pa.array([r.offset for r in records], pa.int64()),
         pa.array(millis, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         pa.array([max(r.timestamp_type or 0, 0) for r in records], pa.int32()),
     ], schema=KAFKA_SCHEMA)
 
 
-def _decode_legacy(tp: TopicPartition, records: Sequence[LegacyRecord], fetch_offset: int) -> DecodedRecords:
+def _decode_legacy(tp: TopicPartition, records: Sequence[LegacyRecord], fetch_offset: int,
+                   end: int) -> DecodedRecords:
     """Message format v0/v1 (brokers before 0.11): few and small, no headers, decoded per record."""
-    batch = _record_columns(tp, [r for r in records if r.offset >= fetch_offset])
+    kept = [r for r in records if fetch_offset <= r.offset < end]
+    batch = _record_columns(kept, pa.repeat(pa.scalar(tp.topic, pa.string()), len(kept)),
+                            pa.repeat(pa.scalar(tp.partition, pa.int32()), len(kept)))
     return DecodedRecords(batch, b"", pa.repeat(_i64(_NO_HEADERS), batch.num_rows))
 
 
-def decode_fetch(tp: TopicPartition, pieces: Sequence[Piece], fetch_offset: int) -> DecodedRecords | None:
-    """The records at or after `fetch_offset` of one fetch response's batches, as one item
-    (the decoder of `synclib.compat.kafka_python.partition_records_class`)."""
+@dataclass(frozen=True)
+class FetchedRecords:
+    """One fetch response of one partition, not decoded yet: what the fetcher hands a poll.
+
+    A poll's responses are decoded together (`decode_fetches`): one decode costs about a hundred
+    Arrow kernel calls whatever its size, a millisecond, so decoding each partition's response
+    on its own made a poll over hundreds of partitions cost a millisecond per partition."""
+
+    tp: TopicPartition
+    pieces: tuple[Piece, ...]  # the data batches (control and aborted ones skipped), in order
+    fetch_offset: int
+
+    @property
+    def offset(self) -> int:
+        """The last batch's last offset: the partition's next position is past it (kafka-python's
+        fetcher skips items below its fetch position by it)."""
+        last = self.pieces[-1]
+        return last.last_offset if isinstance(last, BatchRecords) else last[-1].offset
+
+    def __len__(self) -> int:
+        """The records of its batches, those below the fetch offset included."""
+        return sum(p.count if isinstance(p, BatchRecords) else len(p) for p in self.pieces)
+
+    @property
+    def size(self) -> int:
+        """The record bytes of its v2 batches (decompressed)."""
+        return sum(len(p.payload) for p in self.pieces if isinstance(p, BatchRecords))
+
+
+def fetched(tp: TopicPartition, pieces: Sequence[Piece], fetch_offset: int) -> FetchedRecords | None:
+    """One fetch response's batches, if it has records at or after `fetch_offset` (the decoder
+    of `synclib.compat.kafka_python.partition_records_class`)."""
+    records = FetchedRecords(tp, tuple(pieces), fetch_offset)
+    return records if pieces and records.offset >= fetch_offset else None
+
+
+def decode_fetches(fetches: Sequence[tuple[FetchedRecords, int]]) -> DecodedRecords | None:
+    """The records of a poll's fetch responses, each with the offset its rows end before, as
+    one item: each partition's rows at or after its fetch offset and below that end, in the
+    order given (None: no such rows)."""
     decoded: list[DecodedRecords | None] = []
-    run: list[BatchRecords] = []  # consecutive v2 batches: decoded together
-    for piece in [*pieces, None]:
-        if isinstance(piece, BatchRecords):
-            run.append(piece)
-            continue
-        if run:
-            decoded.append(_decode_v2(tp, b"".join([*(r.payload for r in run), _PADDING]), run, fetch_offset))
-            run = []
-        if piece:
-            decoded.append(_decode_legacy(tp, piece, fetch_offset))
+    run: list[_Batch] = []  # consecutive v2 batches: decoded together
+    for records, end in fetches:
+        for piece in records.pieces:
+            if isinstance(piece, BatchRecords):
+                run.append(_Batch(records.tp, piece, records.fetch_offset, end))
+                continue
+            if run:
+                decoded.append(_decode_v2(run))
+                run = []
+            decoded.append(_decode_legacy(records.tp, piece, records.fetch_offset, end))
+    if run:
+        decoded.append(_decode_v2(run))
     found = [d for d in decoded if d is not None and d.batch.num_rows]
     if len(found) <= 1:
         return found[0] if found else None
@@ -276,9 +322,9 @@ def _shifted_header_positions(pieces: list[DecodedRecords]) -> pa.Array:
 
 @functools.cache
 def arrow_partition_records() -> type:
-    """The fetcher's PartitionRecords class that yields `DecodedRecords` (call only when
+    """The fetcher's PartitionRecords class that yields `FetchedRecords` (call only when
     `synclib.compat.kafka_python.fast_path_problem()` is None)."""
-    return kafka_python.partition_records_class(decode_fetch)
+    return kafka_python.partition_records_class(fetched)
 
 
 # --- the public-API path -------------------------------------------------------------------------
@@ -290,19 +336,16 @@ class ListedRecords:
     batch: pa.RecordBatch  # KAFKA_SCHEMA
     header_rows: list[list[dict[str, Any]] | None]  # None: no headers (Spark gives null)
 
-    @property
-    def offset(self) -> int:
-        return int(self.batch.column(4)[-1].as_py())
-
     def headers(self, start: int, stop: int, type_: pa.DataType) -> pa.Array:
         return pa.array(self.header_rows[start:stop], type_)
 
 
-def listed_records(tp: TopicPartition, records: Sequence[Any]) -> ListedRecords:
-    """kafka-python ConsumerRecords of one partition (offsets ascending) as Arrow columns."""
-    return ListedRecords(_record_columns(tp, records),
+def listed_records(records: Sequence[Any]) -> ListedRecords:
+    """kafka-python ConsumerRecords as Arrow columns."""
+    return ListedRecords(_record_columns(records, pa.array([r.topic for r in records], pa.string()),
+                                         pa.array([r.partition for r in records], pa.int32())),
                          [[{"key": key, "value": value} for key, value in r.headers] or None for r in records])
 
 
-# What a consumer's poll yields per partition on either path.
+# A poll's records on either path.
 Records = DecodedRecords | ListedRecords

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaConsumer
@@ -23,9 +23,10 @@ from kafka.structs import TopicPartition
 
 from synclib.compat import kafka_python
 from synclib.kafka.arrow_records import (
-    DecodedRecords,
+    FetchedRecords,
     Records,
     arrow_partition_records,
+    decode_fetches,
     listed_records,
 )
 from synclib.schema import HEADERS_TYPE
@@ -66,18 +67,19 @@ def self_check() -> str | None:
         fast = kafka_python.parse(data, _CHECK_TP, fetch_offset, arrow_partition_records(),
                                   isolation_level="read_committed", aborted=aborted)
         parsed = kafka_python.parse(data, _CHECK_TP, fetch_offset, isolation_level="read_committed", aborted=aborted)
-        reference = listed_records(_CHECK_TP, parsed.records)
+        reference = listed_records(parsed.records)
+        if len(fast.records) != 1 or not isinstance(fast.records[0], FetchedRecords):
+            return f"the self-check got {len(fast.records)} items instead of one FetchedRecords"
+        decoded = decode_fetches([(fast.records[0], parsed.next_fetch_offset)])
     except Exception as exc:  # noqa: BLE001 - any failure of the hook means: do not use it
         return f"the self-check failed: {type(exc).__name__}: {exc}"
-    if len(fast.records) != 1 or not isinstance(fast.records[0], DecodedRecords):
-        return f"the self-check got {len(fast.records)} items instead of one DecodedRecords"
     if fast.next_fetch_offset != parsed.next_fetch_offset:
         return (f"the self-check ended at offset {fast.next_fetch_offset}, kafka-python's parser at "
                 f"{parsed.next_fetch_offset}")
     rows = reference.batch.num_rows
-    if not fast.records[0].batch.equals(reference.batch):
+    if decoded is None or not decoded.batch.equals(reference.batch):
         return "the self-check decoded different records than kafka-python's parser"
-    if not fast.records[0].headers(0, rows, HEADERS_TYPE).equals(reference.headers(0, rows, HEADERS_TYPE)):
+    if not decoded.headers(0, rows, HEADERS_TYPE).equals(reference.headers(0, rows, HEADERS_TYPE)):
         return "the self-check decoded different headers than kafka-python's parser"
     return None
 
@@ -101,8 +103,8 @@ def _warn_once(problem: str) -> None:
 
 
 class RecordsConsumer:
-    """A KafkaConsumer (`kafka`) whose `poll(tp)` returns Arrow records, by the fast path when
-    this process may use it, by the public API otherwise."""
+    """A KafkaConsumer (`kafka`) whose polls (`poll`, then `records`) give Arrow records, by the
+    fast path when this process may use it, by the public API otherwise."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.kafka = KafkaConsumer(**settings)
@@ -123,9 +125,10 @@ class RecordsConsumer:
         configured limits (a record batch larger than them still comes, alone)."""
         kafka_python.set_fetch_sizes(self.kafka, min(partition_bytes, self.limits[0]), min(total_bytes, self.limits[1]))
 
-    def poll(self, timeout_ms: int) -> dict[TopicPartition, list[Records]]:
-        """The records of the assigned partitions one poll returns, per partition. On the public-API
-        path a codec error does not say its partition: it names the first one still read (not paused)."""
+    def poll(self, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+        """What one poll fetched for the assigned partitions, per partition: items whose `offset`
+        is the last one fetched, not decoded yet (`records` decodes them). On the public-API path
+        a codec error does not say its partition: it names the first one still read (not paused)."""
         try:
             polled = self.kafka.poll(timeout_ms=timeout_ms)
         except kafka_python.MissingCodecError:
@@ -135,8 +138,15 @@ class RecordsConsumer:
             raise kafka_python.missing_codec_error(tp, self.kafka.position(tp), exc) from exc
         if self.fast:
             for items in polled.values():
-                for records in items:
-                    self.fetched_bytes += len(records.payload)
-                    self.fetched_rows += len(records)
-            return {tp: list(records) for tp, records in polled.items()}
-        return {tp: [listed_records(tp, records)] for tp, records in polled.items() if records}
+                for fetched in items:
+                    self.fetched_bytes += fetched.size
+                    self.fetched_rows += len(fetched)
+        return {tp: list(items) for tp, items in polled.items()}
+
+    def records(self, polled: Mapping[TopicPartition, Sequence[Any]], ends: Mapping[TopicPartition, int]
+                ) -> Records | None:
+        """The rows of `poll` results below each partition's end, decoded together (None: no rows)."""
+        if self.fast:
+            return decode_fetches([(fetched, ends[tp]) for tp, items in polled.items() for fetched in items])
+        listed = [record for tp, items in polled.items() for record in items if record.offset < ends[tp]]
+        return listed_records(listed) if listed else None

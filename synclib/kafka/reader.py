@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from synclib.compat import kafka_python
 from synclib.kafka.arrow_records import Records
 from synclib.kafka.client_config import for_consumer
 from synclib.kafka.fetch_path import RecordsConsumer
@@ -178,18 +178,17 @@ def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicParti
         now = time.monotonic()
         if any(polled.values()) and any(not polled.get(tp) for tp in pending):
             growth *= FETCH_GROWTH
-        for tp, items in polled.items():
-            if tp in pending and items:
-                for records in items:
-                    yield from _arrow_batches(records, ranges[tp].end, schema, include_headers)
-                positions[tp], last_progress[tp] = max(positions[tp], items[-1].offset + 1), now
+        taken = {tp: items for tp, items in polled.items() if tp in pending and items}
+        records = records_consumer.records(taken, {tp: ranges[tp].end for tp in taken})
+        if records is not None:
+            yield from _arrow_batches(records, schema, include_headers)
+        for tp, items in taken.items():
+            positions[tp], last_progress[tp] = max(positions[tp], items[-1].offset + 1), now
         if not any(polled.values()):
             # Nothing came: a range may end in control markers, aborted records or a gap (the
-            # position moved past them), or be stalled. Asked only then: each position() call
-            # walks every assigned partition.
-            for tp in sorted(pending):
-                new_position = consumer.position(tp)
-                if new_position > positions[tp]:
+            # position moved past them), or be stalled. Asked only then.
+            for tp, new_position in kafka_python.positions(consumer, sorted(pending)).items():
+                if new_position is not None and new_position > positions[tp]:
                     positions[tp], last_progress[tp] = new_position, now
                 elif now - last_progress[tp] > stall_timeout_s:
                     _stalled(consumer, tp, ranges[tp], positions[tp], stall_timeout_s, fail_on_data_loss)
@@ -227,14 +226,11 @@ def _stalled(consumer: KafkaConsumer, tp: TopicPartition, offsets: OffsetRange, 
     logger.warning("%s; continuing because failOnDataLoss=false", message)
 
 
-def _arrow_batches(records: Records, end: int, schema: pa.Schema,
-                   include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """`records` below offset `end`, in `schema`, at most ARROW_BATCH_ROWS rows per batch."""
+def _arrow_batches(records: Records, schema: pa.Schema, include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """`records` in `schema`, at most ARROW_BATCH_ROWS rows per batch."""
     rows = records.batch
-    below_end = (rows.num_rows if records.offset < end
-                 else pc.sum(pc.less(rows.column("offset"), pa.scalar(end, pa.int64()))).as_py())
-    for start in range(0, below_end, ARROW_BATCH_ROWS):
-        length = min(ARROW_BATCH_ROWS, below_end - start)
+    for start in range(0, rows.num_rows, ARROW_BATCH_ROWS):
+        length = min(ARROW_BATCH_ROWS, rows.num_rows - start)
         columns = rows.slice(start, length).columns
         if include_headers:
             columns.append(records.headers(start, start + length, schema.field("headers").type))

@@ -23,7 +23,7 @@ from kafka.structs import TopicPartition
 
 from synclib.compat import kafka_python
 from synclib.kafka import fetch_path
-from synclib.kafka.arrow_records import DecodedRecords, arrow_partition_records
+from synclib.kafka.arrow_records import FetchedRecords, arrow_partition_records, decode_fetches
 from synclib.schema import HEADERS_TYPE, KAFKA_SCHEMA
 
 TP = TopicPartition("events", 3)
@@ -68,10 +68,10 @@ def expected(data: bytes, fetch_offset: int, with_headers: bool) -> list[dict[st
 
 def decoded(data: bytes, fetch_offset: int, with_headers: bool) -> tuple[kafka_python.Parsed, list[dict[str, Any]]]:
     parsed = kafka_python.parse(data, TP, fetch_offset, arrow_partition_records())
-    assert len(parsed.records) <= 1 and all(isinstance(i, DecodedRecords) for i in parsed.records)
-    if not parsed.records:
+    assert len(parsed.records) <= 1 and all(isinstance(i, FetchedRecords) for i in parsed.records)
+    records = decode_fetches([(parsed.records[0], parsed.next_fetch_offset)]) if parsed.records else None
+    if records is None:
         return parsed, []
-    records = parsed.records[0]
     assert records.batch.schema.equals(KAFKA_SCHEMA)
     columns = records.batch.columns
     if with_headers:
@@ -95,6 +95,32 @@ def test_same_records_as_kafka_python(magic: int, compression: int, seed: int) -
             assert rows == expected(data, fetch_offset, with_headers)
             assert parsed.next_fetch_offset > offsets[-1]
             assert parsed.drained  # the fetcher may fetch this partition again
+
+
+def test_a_polls_responses_decode_together_as_each_alone_cut_at_their_ends() -> None:
+    """Several partitions' fetch responses (v2 and v1, fetch offsets inside batches) decoded in
+    one pass give each partition's rows from its fetch offset to its end, in the order given."""
+    responses = []
+    for index, (seed, magic) in enumerate([(5, 2), (6, 1), (7, 2), (8, 2)]):
+        tp = TopicPartition("events" if index % 2 else "other", index)
+        data = build(seed, batches=3, magic=magic, compression=GZIP if index == 2 else NONE)
+        offsets = [r.offset for r in kafka_python.parse(data, tp, 0).records]
+        fetch_offset, end = offsets[len(offsets) // 4], offsets[len(offsets) * 3 // 4]
+        responses.append((tp, data, fetch_offset, end))
+    fetches, wanted = [], []
+    for tp, data, fetch_offset, end in responses:
+        fetches.append((kafka_python.parse(data, tp, fetch_offset, arrow_partition_records()).records[0], end))
+        wanted += [(r.topic, r.partition, r.offset, r.key, r.value, [{"key": k, "value": v} for k, v in r.headers]
+                    or None) for r in kafka_python.parse(data, tp, fetch_offset).records if r.offset < end]
+    records = decode_fetches(fetches)
+    assert records is not None
+    rows = records.batch.num_rows
+    got = records.batch.to_pylist()
+    headers = records.headers(0, rows, HEADERS_TYPE).to_pylist()
+    assert [(r["topic"], r["partition"], r["offset"], r["key"], r["value"], h)
+            for r, h in zip(got, headers, strict=True)] == wanted
+    assert len({r[1] for r in wanted}) == 4 and any(r[5] for r in wanted)
+    assert decode_fetches([(fetched, fetched.fetch_offset) for fetched, _ in fetches]) is None  # empty ranges
 
 
 def build_transactions(seed: int) -> tuple[bytes, list[kafka_python.AbortedTransaction], int]:
@@ -137,7 +163,8 @@ def test_transactions_and_markers_as_kafka_python(isolation_level: str, seed: in
         reference = kafka_python.parse(data, TP, fetch_offset, isolation_level=isolation_level, aborted=aborted)
         fast = kafka_python.parse(data, TP, fetch_offset, arrow_partition_records(), isolation_level=isolation_level,
                                   aborted=aborted)
-        got = fast.records[0].batch.to_pylist() if fast.records else []
+        records = decode_fetches([(fast.records[0], end)]) if fast.records else None
+        got = records.batch.to_pylist() if records is not None else []
         assert [(r["offset"], r["key"], r["value"]) for r in got] == [
             (r.offset, r.key, r.value) for r in reference.records]
         assert fast.next_fetch_offset == reference.next_fetch_offset == end  # past the final marker
@@ -199,7 +226,8 @@ def test_a_decoder_that_disagrees_fails_the_self_check(monkeypatch: pytest.Monke
     def shifted_timestamps(decode: kafka_python.Decoder) -> type:
         def decode_shifted(tp: TopicPartition, pieces: Any, fetch_offset: int) -> Any:
             return decode(tp, [p if isinstance(p, list) else kafka_python.BatchRecords(
-                p.payload, p.count, p.base_offset, p.first_timestamp + 1, p.max_timestamp, p.timestamp_type)
+                p.payload, p.count, p.base_offset, p.first_timestamp + 1, p.max_timestamp, p.timestamp_type,
+                p.last_offset)
                 for p in pieces], fetch_offset)
         return real(decode_shifted)
 
