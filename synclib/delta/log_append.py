@@ -94,10 +94,19 @@ def previous_batch(path: str, app_id: str, batch_id: int) -> Tail | None:
     log = log_directory(path)
     if tail is None or log is None or tail.app_id != app_id or tail.batch_id >= batch_id:
         return None
-    if _identity(_commit_file(log, tail.version)) != tail.identity:
-        _tails.pop(path, None)
+    if _identity(_commit_file(log, tail.version)) != tail.identity or _last_checkpoint(log) > tail.version:
+        _tails.pop(path, None)  # a new table, or a log checkpoint of later commits (whose files may be gone)
         return None
     return tail
+
+
+def _last_checkpoint(log: str) -> int:
+    """The version of the table's newest log checkpoint (`_last_checkpoint`); -1 when there is none."""
+    try:
+        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as hint:
+            return int(json.load(hint)["version"])
+    except FileNotFoundError:
+        return -1
 
 
 def learn(path: str, table: DeltaTable, app_id: str) -> None:

@@ -82,6 +82,26 @@ def test_a_version_another_commit_took_sends_the_batch_through_deltalake(tmp_pat
     assert sorted(read_arrow(table)["n"].to_pylist()) == [*range(9), 100]
 
 
+def test_a_log_checkpoint_after_the_streams_newest_commit_sends_the_batch_through_deltalake(tmp_path: Path) -> None:
+    """Other commits after the stream's, checkpointed, their entries gone with the expired log: the
+    version after the stream's commit is free again, and must not be taken."""
+    writer, table = writer_of(tmp_path, 3, logCheckpoints="false")
+    commit(writer, 0)
+    commit(writer, 1)  # version 1, appended
+    for n in (100, 101):  # versions 2 and 3
+        write_deltalake(table, pa.table({"name": pa.array(["other"], pa.large_string()), "n": [n]}),
+                        mode="append", partition_by=["name"])
+    DeltaTable(table).create_checkpoint()
+    (Path(table) / "_delta_log" / f"{2:020d}.json").unlink()
+
+    commit(writer, 2)
+
+    assert not (Path(table) / "_delta_log" / f"{2:020d}.json").exists()
+    assert log(table, 4)["txn"][0]["version"] == 2
+    assert DeltaTable(table).transaction_version("synclib-q") == 2
+    assert sorted(read_arrow(table)["n"].to_pylist()) == [*range(9), 100, 101]
+
+
 def test_versions_due_for_a_log_checkpoint_commit_through_deltalake_when_the_commits_write_them(
         tmp_path: Path) -> None:
     writer, table = writer_of(tmp_path, 7)  # logCheckpoints defaults to true
