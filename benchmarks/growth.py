@@ -3,7 +3,8 @@
     python -m benchmarks.growth [--versions 20000] [--batches 40] [--store local|s3] [--workdir DIR] [--output FILE]
     (or spark-submit jobs/benchmark.py --growth, which runs this instead of the Spark phases)
 
-For each mode a table is aged to 100 versions, measured, aged to `--versions`, measured:
+For each mode a table aged to 100 versions and one aged to `--versions` are measured together,
+their micro-batches alternated:
 
 - aging: synthetic appends shaped like the forwarder's (one small Parquet file of
   `--rows` events per version, an add action with statistics, the application transaction
@@ -58,7 +59,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from benchmarks import jvm
-from benchmarks.object_store import S3Server
+from benchmarks.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
@@ -196,7 +197,9 @@ class GrowingTable:
         return elapsed
 
 
-def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measurement:
+def prepare(table: GrowingTable, mode: str) -> float | None:
+    """The mode's maintenance pass (its seconds; None without one), then the first commit of a run
+    (it opens the table), untimed."""
     maintenance_s = None
     settings = MAINTENANCE[mode]
     if settings is not None:
@@ -206,13 +209,16 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
         else:
             maintenance.run_pass(table.path, MaintenanceConfig.model_validate(settings))
         maintenance_s = round(time.perf_counter() - started, 2)
-    delta_table._open_tables.clear()
-    table.micro_batch(reopen=False)  # the first commit of a run opens the table
-    served = len(table.store.log()) if table.store is not None else 0
-    commits = sorted(table.micro_batch(reopen=mode == "reopen") * 1000 for _ in range(batches))
-    requests = table.store.log()[served:] if table.store is not None else None
-    per_batch = None if requests is None else (round(sum(r.listing for r in requests) / batches, 2),
-                                               round(len(requests) / batches, 2))
+    table.micro_batch(reopen=False)
+    return maintenance_s
+
+
+def measured(table: GrowingTable, mode: str, age: int, commits: list[float], requests: list[Request] | None,
+             maintenance_s: float | None) -> Measurement:
+    """The measurement of one table from its timed commits (ms), then a full read."""
+    commits = sorted(commits)
+    per_batch = None if requests is None else (round(sum(r.listing for r in requests) / len(commits), 2),
+                                               round(len(requests) / len(commits), 2))
     started = time.perf_counter()
     read_arrow(table.path)
     read_ms = (time.perf_counter() - started) * 1000
@@ -240,20 +246,37 @@ def spark_session() -> Any:
 
 def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[str],
         store: S3Server | None = None) -> Iterator[Measurement]:
+    """Per mode a young and an old table, their micro-batches alternated (both ages timed under
+    the same load: on a shared machine the load moves more between minutes than a commit of a
+    millisecond takes)."""
     spark = spark_session() if set(modes) & set(SPARK_MODES) else None
     for mode in modes:
         directory = workdir / mode
         shutil.rmtree(directory, ignore_errors=True)
-        table = GrowingTable(directory, rows, log_checkpoints=MAINTENANCE[mode] is None,
-                             spark=spark if mode in SPARK_MODES else None, store=store)
+        tables = {}
         for age in (YOUNG_AGE, versions):
+            table = GrowingTable(directory / str(age), rows, log_checkpoints=MAINTENANCE[mode] is None,
+                                 spark=spark if mode in SPARK_MODES else None, store=store)
             started = time.perf_counter()
             table.age_to(age)
             if MAINTENANCE[mode] is None or mode in SPARK_MODES:  # what the commits would have written on the way
                 DeltaTable(table.path).create_checkpoint()
-            aged_s = time.perf_counter() - started
-            result = measure(table, mode, batches, age)
-            print(f"{mode}: aged to {age} versions in {aged_s:.0f}s; {asdict(result)}", flush=True)
+            print(f"{mode}: aged to {age} versions in {time.perf_counter() - started:.0f}s", flush=True)
+            tables[age] = table
+        delta_table._open_tables.clear()
+        passes = {age: prepare(table, mode) for age, table in tables.items()}
+        commits: dict[int, list[float]] = {age: [] for age in tables}
+        requests: dict[int, list[Request]] = {age: [] for age in tables}
+        for _ in range(batches):
+            for age, table in tables.items():
+                served = len(store.log()) if store is not None else 0
+                commits[age].append(table.micro_batch(reopen=mode == "reopen") * 1000)
+                if store is not None:
+                    requests[age].extend(store.log()[served:])
+        for age, table in tables.items():
+            result = measured(table, mode, age, commits[age], requests[age] if store is not None else None,
+                              passes[age])
+            print(f"{mode}: {asdict(result)}", flush=True)
             yield result
         shutil.rmtree(directory, ignore_errors=True)
 
