@@ -1,9 +1,10 @@
 """Growth: per-batch commit time and full-table read time as a table ages, maintenance on and off.
 
-    python -m benchmarks.growth [--versions 20000] [--batches 40] [--workdir DIR] [--output FILE]
+    python -m benchmarks.growth [--versions 20000] [--batches 40] [--store local|s3] [--workdir DIR] [--output FILE]
     (or spark-submit jobs/benchmark.py --growth, which runs this instead of the Spark phases)
 
-For each mode a table is aged to 100 versions, measured, aged to `--versions`, measured:
+For each mode a table aged to 100 versions and one aged to `--versions` are measured together,
+their micro-batches alternated:
 
 - aging: synthetic appends shaped like the forwarder's (one small Parquet file of
   `--rows` events per version, an add action with statistics, the application transaction
@@ -22,6 +23,11 @@ settings, min_age 0, before each measurement, and batch commits leaving checkpoi
 log's length is per-batch cost) and `reopen` (like `off`, but the table is reopened for every
 commit, the commit path before incremental updates).
 
+`--store s3` puts the delta-rs table on the S3 server of `benchmarks.object_store` (S3Proxy;
+aging writes the server's files directly) and counts the requests per micro-batch. S3Proxy's
+filesystem backend answers a listing by walking its directory, so its times grow with the log
+where S3's, which lists from an offset, do not: the request counts are the S3 measurement.
+
 `spark-on` and `spark-off` do the same with `sink.engine: delta-spark`: the forwarder's
 `DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`benchmarks.jvm`), each
 micro-batch timed around the whole Delta write (Spark writes the file and commits; there is no
@@ -34,6 +40,7 @@ cleanup after 30 days).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -52,12 +59,14 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from benchmarks import jvm
+from benchmarks.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.parquet import ParquetPart
 from synclib.delta.table import read_arrow
 from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
 from synclib.settings.job import MaintenanceConfig, TriggerConfig
+from synclib.settings.storage import S3Config
 
 SCHEMA = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
@@ -87,13 +96,20 @@ class Measurement:
     live_files: int
     log_files: int
     maintenance_s: float | None  # the pass before the measurement (mode `on`)
+    lists_per_batch: float | None = None  # --store s3: LIST requests per micro-batch
+    requests_per_batch: float | None = None  # --store s3: all requests per micro-batch
 
 
 class GrowingTable:
     """A forwarder-shaped Delta table, its fake Spark checkpoint and the forwarder's writer."""
 
-    def __init__(self, directory: Path, rows: int, log_checkpoints: bool, spark: Any = None) -> None:
-        self.path = str(directory / "table")
+    def __init__(self, directory: Path, rows: int, log_checkpoints: bool, spark: Any = None,
+                 store: S3Server | None = None) -> None:
+        self.store = store
+        self.path = self.local = str(directory / "table")
+        if store is not None:  # the table through the server; `local`: where the server keeps its files
+            self.path = f"s3://{store.bucket('growth')}/table"
+            self.local = store.local_path(self.path)
         self.checkpoint = directory / "checkpoint"
         (self.checkpoint / "offsets").mkdir(parents=True)
         (self.checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
@@ -137,16 +153,16 @@ class GrowingTable:
         from pyarrow import fs
 
         version = DeltaTable(self.path).version()
-        log = Path(self.path) / "_delta_log"
+        log = Path(self.local) / "_delta_log"
         filesystem = fs.LocalFileSystem()
         now = time.time()
         while version + 1 < versions:
             version += 1
-            part = ParquetPart(filesystem, self.path, self.schema, {})
+            part = ParquetPart(filesystem, self.local, self.schema, {})
             part.write(self._rows())
             add = part.close()
             written = now - (versions - version) * INTERVAL_S
-            os.utime(f"{self.path}/{add.path}", (written, written))
+            os.utime(f"{self.local}/{add.path}", (written, written))
             now_ms = int(written * 1000)
             actions = [
                 {"add": {"path": add.path, "partitionValues": {}, "size": add.size, "modificationTime": now_ms,
@@ -181,7 +197,9 @@ class GrowingTable:
         return elapsed
 
 
-def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measurement:
+def prepare(table: GrowingTable, mode: str) -> float | None:
+    """The mode's maintenance pass (its seconds; None without one), then the first commit of a run
+    (it opens the table), untimed."""
     maintenance_s = None
     settings = MAINTENANCE[mode]
     if settings is not None:
@@ -191,9 +209,16 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
         else:
             maintenance.run_pass(table.path, MaintenanceConfig.model_validate(settings))
         maintenance_s = round(time.perf_counter() - started, 2)
-    delta_table._open_tables.clear()
-    table.micro_batch(reopen=False)  # the first commit of a run opens the table
-    commits = sorted(table.micro_batch(reopen=mode == "reopen") * 1000 for _ in range(batches))
+    table.micro_batch(reopen=False)
+    return maintenance_s
+
+
+def measured(table: GrowingTable, mode: str, age: int, commits: list[float], requests: list[Request] | None,
+             maintenance_s: float | None) -> Measurement:
+    """The measurement of one table from its timed commits (ms), then a full read."""
+    commits = sorted(commits)
+    per_batch = None if requests is None else (round(sum(r.listing for r in requests) / len(commits), 2),
+                                               round(len(requests) / len(commits), 2))
     started = time.perf_counter()
     read_arrow(table.path)
     read_ms = (time.perf_counter() - started) * 1000
@@ -202,7 +227,8 @@ def measure(table: GrowingTable, mode: str, batches: int, age: int) -> Measureme
                        commit_ms_p50=round(statistics.median(commits), 1),
                        commit_ms_mean=round(statistics.fmean(commits), 1), commit_ms_max=round(commits[-1], 1),
                        read_ms=round(read_ms), live_files=len(current.file_uris()),
-                       log_files=len(os.listdir(Path(table.path) / "_delta_log")), maintenance_s=maintenance_s)
+                       log_files=len(os.listdir(Path(table.local) / "_delta_log")), maintenance_s=maintenance_s,
+                       lists_per_batch=per_batch and per_batch[0], requests_per_batch=per_batch and per_batch[1])
 
 
 def spark_session() -> Any:
@@ -218,30 +244,49 @@ def spark_session() -> Any:
     return spark
 
 
-def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[str]) -> Iterator[Measurement]:
+def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[str],
+        store: S3Server | None = None) -> Iterator[Measurement]:
+    """Per mode a young and an old table, their micro-batches alternated (both ages timed under
+    the same load: on a shared machine the load moves more between minutes than a commit of a
+    millisecond takes)."""
     spark = spark_session() if set(modes) & set(SPARK_MODES) else None
     for mode in modes:
         directory = workdir / mode
         shutil.rmtree(directory, ignore_errors=True)
-        table = GrowingTable(directory, rows, log_checkpoints=MAINTENANCE[mode] is None,
-                             spark=spark if mode in SPARK_MODES else None)
+        tables = {}
         for age in (YOUNG_AGE, versions):
+            table = GrowingTable(directory / str(age), rows, log_checkpoints=MAINTENANCE[mode] is None,
+                                 spark=spark if mode in SPARK_MODES else None, store=store)
             started = time.perf_counter()
             table.age_to(age)
             if MAINTENANCE[mode] is None or mode in SPARK_MODES:  # what the commits would have written on the way
                 DeltaTable(table.path).create_checkpoint()
-            aged_s = time.perf_counter() - started
-            result = measure(table, mode, batches, age)
-            print(f"{mode}: aged to {age} versions in {aged_s:.0f}s; {asdict(result)}", flush=True)
+            print(f"{mode}: aged to {age} versions in {time.perf_counter() - started:.0f}s", flush=True)
+            tables[age] = table
+        delta_table._open_tables.clear()
+        passes = {age: prepare(table, mode) for age, table in tables.items()}
+        commits: dict[int, list[float]] = {age: [] for age in tables}
+        requests: dict[int, list[Request]] = {age: [] for age in tables}
+        for _ in range(batches):
+            for age, table in tables.items():
+                served = len(store.log()) if store is not None else 0
+                commits[age].append(table.micro_batch(reopen=mode == "reopen") * 1000)
+                if store is not None:
+                    requests[age].extend(store.log()[served:])
+        for age, table in tables.items():
+            result = measured(table, mode, age, commits[age], requests[age] if store is not None else None,
+                              passes[age])
+            print(f"{mode}: {asdict(result)}", flush=True)
             yield result
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def table_text(results: Sequence[Measurement]) -> str:
     header = ("mode", "versions", "commit p50 ms", "commit mean ms", "commit max ms", "full read ms", "live files",
-              "log files", "maintenance pass s")
+              "log files", "maintenance pass s", "LISTs/batch", "requests/batch")
     rows = [(r.mode, r.versions, r.commit_ms_p50, r.commit_ms_mean, r.commit_ms_max, r.read_ms, r.live_files,
-             r.log_files, "" if r.maintenance_s is None else r.maintenance_s) for r in results]
+             r.log_files, *("" if x is None else x for x in (r.maintenance_s, r.lists_per_batch, r.requests_per_batch)))
+            for r in results]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)) for line in [header, *rows])
 
@@ -252,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=40, help="micro-batches timed per measurement")
     parser.add_argument("--rows", type=int, default=20, help="events per version")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    parser.add_argument("--store", choices=("local", "s3"), default="local",
+                        help="the delta-rs table on local disk or on an S3 server (benchmarks.object_store)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=None, help="JSON results")
     args = parser.parse_args(argv)
@@ -260,7 +307,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         parser.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
-    results = list(run(workdir, args.versions, args.batches, args.rows, modes))
+    if args.store == "s3" and set(modes) & set(SPARK_MODES):
+        parser.error("--store s3: delta-rs modes only")
+    with contextlib.ExitStack() as stack:
+        store = None
+        if args.store == "s3":
+            store = stack.enter_context(S3Server(workdir / "s3"))
+            os.environ.update(S3Config.model_validate(store.storage_settings()).environment())  # as storage.s3 does
+        results = list(run(workdir, args.versions, args.batches, args.rows, modes, store))
     print(table_text(results), flush=True)
     if args.output:
         args.output.write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -63,7 +63,8 @@ def current_table(path: str) -> DeltaTable | None:
     nothing but two file lookups when there are none (the cached version's commit file, to
     notice a table replaced under the same path, and the next version's). delta-rs does not
     advance a table by its own commits, and each update lists the log: on local and HDFS
-    storage that costs time in proportion to the log's length (kept short by maintenance).
+    storage that costs time in proportion to the log's length (the sink avoids it on local
+    storage, `synclib.delta.log_append`).
     """
     uri = normalize_location(path)
     cached = _open_tables.get(path)

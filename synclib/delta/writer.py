@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 from synclib import __version__, spark_checkpoint
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import direct, parquet
+from synclib.delta import direct, log_append, parquet
 from synclib.delta.direct import TableFiles
 from synclib.delta.table import (
     DATE_COLUMN,
@@ -95,7 +95,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     Files of a skipped (replayed) or aborted batch are deleted. The commit keeps the table
     open in its process and reads only the commits since the previous batch
     (`current_table`) instead of reloading the table; with option
-    `logCheckpoints` false it leaves Delta log checkpoints to maintenance.
+    `logCheckpoints` false it leaves Delta log checkpoints to maintenance. On local storage,
+    a batch after the table's newest version, which is this process's own commit, is
+    appended without deltalake (`synclib.delta.log_append`: no listing of the log).
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
@@ -113,6 +115,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
+        tail = log_append.previous_batch(self._path, app_id, batchId)
+        if tail is not None and self._append(tail, files, app_id, batchId, offsets):
+            return
         table = current_table(self._path)
         if table is not None:
             if holds_batch(table, app_id, batchId):
@@ -120,6 +125,10 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 check_replay(table, self._path, app_id, batchId, offsets)
                 return
             if not files and _same_offsets(offsets, latest_metadata(table)):
+                return
+            log_append.learn(self._path, table, app_id)
+            tail = log_append.previous_batch(self._path, app_id, batchId)
+            if tail is not None and self._append(tail, files, app_id, batchId, offsets):
                 return
         if self._run_id:  # another run took the checkpoint over: it commits this batch, not us
             spark_checkpoint.check_run(self._checkpoint, self._run_id)
@@ -140,6 +149,24 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                                            commit_properties=properties, post_commithook_properties=hooks)
         logger.info("batch %d of %s: %d files committed to %s", batchId, app_id, len(files),
                     self._path)
+
+    def _append(self, tail: log_append.Tail, files: list[AddAction], app_id: str, batch_id: int,
+                offsets: str | None) -> bool:
+        """Batch `batch_id` committed after `tail`, this process's own newest version, without
+        deltalake (`synclib.delta.log_append`); False when another commit took the version or
+        deltalake's commit is to write the log checkpoint due at it."""
+        if not files and _same_offsets(offsets, {META_OFFSETS: tail.offsets}):
+            return True
+        if self._log_checkpoints and tail.checkpoint_due():
+            return False
+        if self._run_id:
+            spark_checkpoint.check_run(self._checkpoint, self._run_id)
+        if not log_append.append(self._path, tail, files, batch_id, offsets, self._partition_by,
+                                 commit_metadata(app_id, batch_id, offsets)):
+            return False
+        logger.info("batch %d of %s: %d files committed to %s (version %d)", batch_id, app_id, len(files),
+                    self._path, tail.version + 1)
+        return True
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         parquet.delete_files(self._path, [f for m in messages if isinstance(m, AddedFiles)

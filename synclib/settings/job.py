@@ -50,8 +50,9 @@ class MaintenanceConfig(Section):
     log_cleanup: Boolean = True
     """Delete expired log entries: older than `log_retention` and below the newest checkpoint."""
     log_retention: Duration = 3600.0
-    """How far back the log (time travel, lagging Delta streaming readers of the table) reaches; a
-    longer log costs every batch commit time (delta-rs lists the log on local/HDFS storage)."""
+    """How far back the log (time travel, lagging Delta streaming readers of the table) reaches; on
+    HDFS a longer log costs every delta-rs batch commit time (it lists the log), on local storage
+    only the commits after another writer's, such as maintenance's."""
 
     @property
     def target_file_size(self) -> int:
