@@ -243,13 +243,18 @@ class Bench:
             warm = self._wait_produced(producer)
             self.cluster.commit(log_topic, topic, warm)
             watcher.wait_for(topic, warm, query)
-            steps = []
+            steps, last = [], warm
             with self.usage() as usage:
                 started = time.monotonic()
                 for _ in range(settings.latency_steps):
                     time.sleep(random.uniform(0.5, 1.5) * settings.latency_interval_s)
                     offsets = producer.produced()
+                    if offsets == last:  # no new event (the producer stalled): the table may hold them already
+                        continue
                     steps.append((offsets, self.cluster.commit(log_topic, topic, offsets)))
+                    last = offsets
+                if not steps:
+                    raise RuntimeError("the latency phase's producer wrote no new event at any step")
                 latencies = [watcher.wait_for(topic, offsets, query).seen_at - published
                              for offsets, published in steps]
                 elapsed = time.monotonic() - started
