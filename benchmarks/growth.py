@@ -224,8 +224,8 @@ def measured(table: GrowingTable, mode: str, age: int, commits: list[float], req
     read_ms = (time.perf_counter() - started) * 1000
     current = DeltaTable(table.path)
     return Measurement(mode=mode, versions=age,
-                       commit_ms_p50=round(statistics.median(commits), 1),
-                       commit_ms_mean=round(statistics.fmean(commits), 1), commit_ms_max=round(commits[-1], 1),
+                       commit_ms_p50=round(statistics.median(commits), 2),
+                       commit_ms_mean=round(statistics.fmean(commits), 2), commit_ms_max=round(commits[-1], 2),
                        read_ms=round(read_ms), live_files=len(current.file_uris()),
                        log_files=len(os.listdir(Path(table.local) / "_delta_log")), maintenance_s=maintenance_s,
                        lists_per_batch=per_batch and per_batch[0], requests_per_batch=per_batch and per_batch[1])
