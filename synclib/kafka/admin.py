@@ -1,6 +1,6 @@
 """Driver-side broker queries for planning: partitions, watermarks, group offsets.
 
-Each query is one batched request over all partitions (per leader), not one per partition.
+Each query is one batched request over all partitions, not one per partition.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError, UnknownBrokerIdError
 
-from synclib.kafka.client_config import DEFAULT_DEADLINE_S, ISOLATION_LEVELS, for_admin, for_consumer, isolation_level
+from synclib.kafka.client_config import DEFAULT_DEADLINE_S, ISOLATION_LEVELS, for_admin, isolation_level
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import TopicPartitionKey
 
@@ -60,13 +60,10 @@ class BrokerUnavailableError(RuntimeError):
 
 
 class KafkaMetadata:
-    """The planner's view of the brokers: every request is bounded by the client's request
-    timeout. Partitions come from a metadata request to an admin client each time (new topics
-    included); offsets from a group-less consumer (`ListOffsets` to each partition's leader as its
-    cached metadata names it, refreshed when a leader moves): the admin client's offset listing
-    sends a metadata request for the partitions' leaders first, which at 1,024 partitions doubled
-    its time. Retriable errors (broker down, leader moving, a topic being recreated) are retried
-    until `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
+    """The planner's view of the brokers, through one admin client: every request is bounded
+    by the client's request timeout and routed with fresh metadata (new topics included).
+    Retriable errors (broker down, leader moving, a topic being recreated) are retried until
+    `retry_timeout_s` has passed since the first failure, then raise `BrokerUnavailableError`."""
 
     def __init__(self, client_config: Mapping[str, Any], subscription: Subscription,
                  retry_timeout_s: float = DEFAULT_DEADLINE_S) -> None:
@@ -74,17 +71,11 @@ class KafkaMetadata:
         self._retry_timeout_s = retry_timeout_s
         self._client_config = dict(client_config)
         self._admin = self._new_admin()
-        self._offsets = self._new_consumer()
         self._isolation_level = isolation_level(client_config)
         self.topic_ids: dict[str, str | None] = {}
 
     def _new_admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(**for_admin(self._client_config), client_id="synclib-planner")
-
-    def _new_consumer(self) -> KafkaConsumer:
-        """Offsets at the configured isolation level; it never joins a group nor creates a topic."""
-        return KafkaConsumer(**for_consumer(self._client_config), group_id=None, enable_auto_commit=False,
-                             allow_auto_create_topics=False, client_id="synclib-planner")
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._retry_timeout_s
@@ -92,10 +83,9 @@ class KafkaMetadata:
         renew = False
         while True:
             try:
-                if renew:  # new clients: fresh metadata now, not at the next periodic refresh
+                if renew:  # a new client: fresh metadata now, not at the next periodic refresh
                     self._admin.close()
-                    self._offsets.close()
-                    self._admin, self._offsets = self._new_admin(), self._new_consumer()
+                    self._admin = self._new_admin()
                     renew = False
                 return call()
             except KafkaError as exc:
@@ -126,7 +116,7 @@ class KafkaMetadata:
     def high_watermarks(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """Where reading ends: the high watermark, or under read_committed the last stable offset
         (no reader gets past an open transaction)."""
-        return self._consumer_offsets(partitions, "listing latest offsets", KafkaConsumer.end_offsets)
+        return self._list_offsets(partitions, OffsetSpec.LATEST)
 
     def log_end_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The high watermarks whatever the isolation level: under read_committed a position
@@ -138,22 +128,14 @@ class KafkaMetadata:
         return self._isolation_level != ISOLATION_LEVELS[0]
 
     def earliest_offsets(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        return self._consumer_offsets(partitions, "listing earliest offsets", KafkaConsumer.beginning_offsets)
-
-    def _consumer_offsets(self, partitions: Iterable[TopicPartitionKey], what: str,
-                          listing: Callable[[KafkaConsumer, list[TopicPartition]], dict[TopicPartition, int]]
-                          ) -> dict[TopicPartitionKey, int]:
-        tps = _tps(partitions)
-        if not tps:
-            return {}
-        found = self._retrying(what, lambda: listing(self._offsets, tps))
-        return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+        return self._list_offsets(partitions, OffsetSpec.EARLIEST)
 
     def _list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec,
-                      level: str) -> dict[TopicPartitionKey, int]:
+                      level: str | None = None) -> dict[TopicPartitionKey, int]:
         tps = _tps(partitions)
         if not tps:
             return {}
+        level = level or self._isolation_level
         found = self._retrying(f"listing {spec.name.lower()} offsets", lambda: self._admin.list_partition_offsets(
             {tp: spec for tp in tps}, isolation_level=level))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
@@ -163,4 +145,3 @@ class KafkaMetadata:
 
     def close(self) -> None:
         self._admin.close()
-        self._offsets.close()
