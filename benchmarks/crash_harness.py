@@ -134,7 +134,9 @@ class CrashHarness:
             sections = {**sections, "sink": {**sections.get("sink", {}), "path": f"s3://{bucket}/table"},
                         "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
                         "storage": {"s3": store.storage_settings()}}
-        self.config = write_config(directory / "forwarder.yaml", world.config(directory, **sections))
+        config = world.config(directory, **sections)
+        self.table: str = config["sink"]["path"]  # the job's table location (s3://... with `store`)
+        self.config = write_config(directory / "forwarder.yaml", config)
         self.files = JobFiles(files / "checkpoint", files / "table")
         self.tally = Tally()
         self._replay: int | None = None  # the batch of the last delta-committed kill

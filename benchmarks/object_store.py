@@ -126,7 +126,7 @@ class S3Server:
             f"s3proxy.endpoint={self.endpoint}\n"
             "s3proxy.authorization=aws-v2-or-v4\n"
             # delta-rs's bulk delete (vacuum, log cleanup) sends x-amz-checksum-sha256, which S3Proxy
-            # 2.6.0 does not know: it refuses the request (501 NotImplemented) unless told to ignore it.
+            # 3.0.0 does not know: it refuses the request (501 NotImplemented) unless told to ignore it.
             "s3proxy.ignore-unknown-headers=true\n"
             f"s3proxy.identity={ACCESS_KEY_ID}\n"
             f"s3proxy.credential={SECRET_ACCESS_KEY}\n"

@@ -1,13 +1,14 @@
 """Soak: the forwarder for a long run with maintenance on, SIGKILL restarts and a broker pause.
 
-    python -m benchmarks.soak [--minutes 20] [--rate 2000] [--kills 3] [--pause 20] [--keep DIR]
+    python -m benchmarks.soak [--minutes 20] [--rate 2000] [--kills 3] [--pause 20] [--keep DIR] [--object-store]
 
 Runs the real job (`spark-submit jobs/forwarder.py`, `benchmarks.job_world.JobRun`) against a
 live producer and a simulated leader on an embedded broker, with table maintenance every
 30 s. The kills come at 30%, 45% and 60% of the run (the second one inside a maintenance
 commit, `benchmarks.job_files.MAINTENANCE`; the others wherever the job is), the broker is
 frozen (SIGSTOP) for `--pause` seconds at 70%, so the first and the last quarter run
-undisturbed. At the end the producer stops, one `--available-now` run forwards the rest and
+undisturbed. With `--object-store` the table and the checkpoint are on an S3 server (S3Proxy,
+started under the files' directory). At the end the producer stops, one `--available-now` run forwards the rest and
 the table is checked: every offset below the leader's final commit exactly once, and at
 every kill nothing beyond the leader's commit, no duplicate, no gap.
 
@@ -20,6 +21,7 @@ first and the last quarter. Not run in CI; `tests/e2e/test_maintenance.py` runs 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -38,6 +40,7 @@ from benchmarks import procmem
 from benchmarks.crash_harness import CrashHarness, Tally
 from benchmarks.job_files import MAINTENANCE
 from benchmarks.job_world import JobRun, KafkaWorld
+from benchmarks.object_store import S3Server
 from synclib.background import BackgroundThread
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
@@ -72,6 +75,7 @@ class SoakReport:
     versions: int
     maintenance_passes: int
     kill_windows: dict[str, int]  # where the kills landed (`benchmarks.job_files.WINDOWS`)
+    table: str  # the job's table location
     first: Window
     last: Window
     harness: str
@@ -167,24 +171,26 @@ def _runs_forwarder_in_python(pid: int) -> bool:
 
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
-         log: Any = print, engine: str = "delta-rs", min_passes: int = 0, **maintenance: Any) -> SoakReport:
-    """Run the soak in `directory` with `sink.engine: engine`; `maintenance` overrides keys of
-    `sink.maintenance`. The last run goes on past `seconds` until the runs have reported
-    `min_passes` maintenance passes (at most `seconds` more): how many fit in the time depends on
-    the machine. With delta-spark the kills land wherever the job is: the harness cannot
-    tell the files of Delta's OPTIMIZE from a batch's before they are committed."""
+         log: Any = print, engine: str = "delta-rs", min_passes: int = 0, store: S3Server | None = None,
+         **maintenance: Any) -> SoakReport:
+    """Run the soak in `directory` with `sink.engine: engine`, the table and the checkpoint in a
+    bucket of `store` if given; `maintenance` overrides keys of `sink.maintenance`. The last run
+    goes on past `seconds` until the runs have reported `min_passes` maintenance passes (at most
+    `seconds` more): how many fit in the time depends on the machine. With delta-spark the kills
+    land wherever the job is: the harness cannot tell the files of Delta's OPTIMIZE from a
+    batch's before they are committed."""
     settings = {"interval": "30s", "min_age": "30s", "target_file_size_mb": 64, "vacuum_retention": "5m",
                 **maintenance}
     kill_at = KILL_AT[:kills] if kills <= len(KILL_AT) else [0.3 + 0.3 * i / kills for i in range(kills)]
     targets = [MAINTENANCE if (i == 1 or kills == 1) and engine == "delta-rs" else None for i in range(kills)]
     with KafkaWorld(rate=rate, event_bytes=event_bytes, partitions=4) as world:
-        harness = CrashHarness(world, directory, seed=1, log=log,
+        harness = CrashHarness(world, directory, seed=1, log=log, store=store,
                                sink={"engine": engine, "maintenance": settings},
                                trigger={"processing_time": "1s"},
                                logging={"level": "INFO", "progress": True, "progress_interval": "1s"})
         started, started_monotonic = time.time(), time.monotonic()
         broker_pid = world.broker.pid if world.broker is not None else None
-        with _Sampler(directory / "checkpoint", broker_pid, started, seconds) as sampler:
+        with _Sampler(harness.files.checkpoint, broker_pid, started, seconds) as sampler:
             try:
                 sampler.job = harness.start("run-00")
                 for number, (fraction, target) in enumerate(zip(kill_at, targets, strict=True)):
@@ -210,12 +216,12 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
         passes = _maintenance_passes(directory)  # every run's, the final one's too, once all have ended
         if sampler.failure is not None:
             raise RuntimeError("the soak's sampler died: its windows are incomplete") from sampler.failure
-        table = DeltaTable(str(directory / "table"))
-        return _report(tally, table, time.time() - started, rate, kills, pause_s, passes, sampler)
+        table = DeltaTable(str(harness.files.table))  # in the S3 server's backing directory: no request
+        return _report(tally, table, harness.table, time.time() - started, rate, kills, pause_s, passes, sampler)
 
 
-def _report(tally: Tally, table: DeltaTable, seconds: float, rate: float, kills: int, pause_s: float,
-            passes: int, sampler: _Sampler) -> SoakReport:
+def _report(tally: Tally, table: DeltaTable, location: str, seconds: float, rate: float, kills: int,
+            pause_s: float, passes: int, sampler: _Sampler) -> SoakReport:
     final = tally.final
     assert final is not None
     return SoakReport(
@@ -224,7 +230,7 @@ def _report(tally: Tally, table: DeltaTable, seconds: float, rate: float, kills:
         gaps=final.gaps + sum(v.gaps for v in tally.at_kills),
         beyond_leader=final.beyond + sum(v.beyond for v in tally.at_kills) + tally.planned_beyond,
         rows=final.rows, live_files=len(table.file_uris()), versions=table.version() + 1,
-        maintenance_passes=passes, kill_windows=dict(tally.kills), first=sampler.window("first"),
+        maintenance_passes=passes, kill_windows=dict(tally.kills), table=location, first=sampler.window("first"),
         last=sampler.window("last"), harness=tally.report())
 
 
@@ -257,12 +263,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="write the job's files here and keep them")
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     parser.add_argument("--engine", choices=(DELTA_RS, DELTA_SPARK), default=DELTA_RS, help="sink.engine")
+    parser.add_argument("--object-store", action="store_true",
+                        help="the table and the checkpoint on an S3 server (S3Proxy) under the files' directory")
     args = parser.parse_args(argv)
     directory = args.keep or Path(tempfile.mkdtemp(prefix="synclib-soak-"))
     directory.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes:g} min at {args.rate:g} events/s, files in {directory}", flush=True)
-    report = soak(directory, args.minutes * 60, args.rate, args.kills, args.pause,
-                  log=lambda line: print(line, flush=True), engine=args.engine)
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(S3Server(directory / "s3")) if args.object_store else None
+        report = soak(directory, args.minutes * 60, args.rate, args.kills, args.pause,
+                      log=lambda line: print(line, flush=True), engine=args.engine, store=store)
     print(report.text(), flush=True)
     if args.json:
         args.json.write_text(json.dumps(asdict(report), indent=2))

@@ -1,11 +1,12 @@
 """The tests' S3 server (S3Proxy, benchmarks/object_store.py): what it implements of what exactly once
 needs, and the job's check of its S3 locations before Spark starts (synclib.app.storage).
 
-What S3Proxy 2.6.0 (filesystem backend) does, established here: listing from an offset
+What S3Proxy 3.0.0 (filesystem backend) does, established here: listing from an offset
 (start-after, as delta-rs lists the log from a version) and multipart uploads (pyarrow's writes) work;
-a conditional PUT (`If-None-Match: *`) is accepted and NOT enforced: a second create of the
-same Delta log entry overwrites the first. delta-rs's bulk delete (DeleteObjects, which vacuum and
-log cleanup send) carries `x-amz-checksum-sha256`, a header S3Proxy 2.6.0 does not know: it answers
+a conditional PUT (`If-None-Match: *`) of an existing key is refused (412), as AWS S3 refuses it, so
+a second create of the same Delta log entry loses and delta-rs commits at the next version (2.6.0
+overwrote it). delta-rs's bulk delete (DeleteObjects, which vacuum and
+log cleanup send) carries `x-amz-checksum-sha256`, a header S3Proxy 3.0.0 does not know: it answers
 501 NotImplemented unless started with `s3proxy.ignore-unknown-headers=true`, as the tests start it
 (the checksum is then not verified). docs/operations/object-storage.md says what follows.
 """
@@ -71,7 +72,7 @@ def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> No
 
 def test_delta_rs_vacuum_deletes_the_files_an_overwrite_removed(s3_server: S3Server) -> None:
     """delta-rs deletes in bulk (DeleteObjects with `x-amz-checksum-sha256`): refused by S3Proxy
-    2.6.0 (501 NotImplemented) unless it ignores headers it does not know, as started here."""
+    3.0.0 (501 NotImplemented) unless it ignores headers it does not know, as started here."""
     bucket = s3_server.bucket()
     table = f"s3://{bucket}/table"
     storage = S3Config(**s3_server.storage_settings()).environment({})
@@ -87,15 +88,15 @@ def test_delta_rs_vacuum_deletes_the_files_an_overwrite_removed(s3_server: S3Ser
     assert [f.rsplit("/", 1)[-1] for f in delta.file_uris()] == [p.name for p in stored.glob("*.parquet")]
 
 
-def test_a_conditional_put_is_accepted_but_not_enforced(s3_server: S3Server) -> None:
-    """`If-None-Match: *` (put if absent, how delta-rs commits a log entry): AWS S3 answers 412
-    when the key exists; S3Proxy 2.6.0 overwrites it, so a lost race loses a commit there."""
+def test_a_conditional_put_of_an_existing_key_is_refused(s3_server: S3Server) -> None:
+    """`If-None-Match: *` (put if absent, how delta-rs commits a log entry): refused with 412 when
+    the key exists, as AWS S3 does, so of two writers of one Delta version one loses and retries."""
     bucket = s3_server.bucket()
     assert s3_server.put(bucket, "log/1.json", b"first", {"If-None-Match": "*"}) == 200
     second = s3_server.put(bucket, "log/1.json", b"second", {"If-None-Match": "*"})
 
     kept = (s3_server.directory / "data" / bucket / "log" / "1.json").read_bytes()
-    assert (second, kept) == (200, b"second")  # an enforcing server: (412, b"first")
+    assert (second, kept) == (412, b"first")
 
 
 def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -> None:

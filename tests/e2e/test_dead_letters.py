@@ -130,11 +130,7 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
     events, config = poisoned_job(
         producer, bootstrap_servers, new_topic, tmp_path, "dl",
         source={"max_offsets_per_trigger": 4},  # 12 batches, 5 with a poison event
-        # No maintenance thread: its commits would race the batch commits to a Delta version, and
-        # S3Proxy does not enforce the conditional PUT that makes the loser retry (it overwrites;
-        # docs/operations/object-storage.md). Maintenance under kills: tests/e2e/test_faults.py.
-        sink={"path": f"s3://{bucket}/table", "dead_letters": {"enabled": True, "error_column": ERROR_COLUMN},
-              "maintenance": {"enabled": False}},
+        sink={"path": f"s3://{bucket}/table", "dead_letters": {"enabled": True, "error_column": ERROR_COLUMN}},
         checkpoint={"location": f"s3a://{bucket}/checkpoint"}, storage={"s3": s3_server.storage_settings()})
     files = Files(s3_server.directory / "data" / bucket, events)
     killed = []

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
 from benchmarks.job_files import MAINTENANCE
+from benchmarks.object_store import S3Server
 from benchmarks.soak import soak
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
@@ -42,6 +43,7 @@ from synclib.delta.writer import (
     fit_delta_to_local_master,
 )
 from synclib.settings.job import MaintenanceConfig
+from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
@@ -314,21 +316,24 @@ def test_maintain_command_runs_one_pass(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_short_soak_with_a_kill_during_a_maintenance_commit_stays_exactly_once(engine: str, tmp_path: Path) -> None:
+def test_short_soak_with_a_kill_during_a_maintenance_commit_stays_exactly_once(
+        engine: str, s3_server: S3Server, tmp_path: Path) -> None:
     """75 s at 300 events/s with maintenance every 3 s, one SIGKILL (delta-rs: while compaction has
     written its file but not committed it; delta-spark: wherever the job is, see `soak`), a 5 s
-    broker pause: every offset below the leader's final commit exactly once, compaction keeps the
-    live files well below the batch count, and the history records it as OPTIMIZE. The job runs
-    on until it has reported 3 passes: on a loaded machine delta-spark's start, batches and
-    OPTIMIZE took 20-40 s each, and 75 s held 2."""
+    broker pause, the table and the checkpoint on the S3 server: every offset below the leader's
+    final commit exactly once, compaction keeps the live files well below the batch count, and
+    the history (read through the S3 API) records it as OPTIMIZE. The job runs on until it has
+    reported 3 passes: on a loaded machine delta-spark's start, batches and OPTIMIZE took 20-40 s
+    each, and 75 s held 2."""
     report = soak(tmp_path, seconds=75, rate=300, kills=1, pause_s=5, engine=engine, min_passes=3,
-                  interval="3s", min_age="1s", vacuum_retention="0s")
+                  store=s3_server, interval="3s", min_age="1s", vacuum_retention="0s")
     assert report.exactly_once, report.text()
     assert (report.duplicates, report.gaps, report.beyond_leader) == (0, 0, 0), report.text()
     if engine == DELTA_RS:
         assert report.kill_windows == {MAINTENANCE: 1}, report.text()
     assert report.maintenance_passes >= 3, report.text()
-    history = DeltaTable(str(tmp_path / "table")).history()
+    storage = S3Config(**s3_server.storage_settings()).environment({})
+    history = DeltaTable(report.table, storage_options=storage).history()
     assert any(h["operation"] == "OPTIMIZE" for h in history), report.text()
     # Compaction left fewer live files than the batches wrote (one file each). Counted from the
     # history, not the versions: maintenance commits are versions too, and how many batches fit in
