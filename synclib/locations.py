@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyarrow import fs
 
@@ -24,6 +25,14 @@ def normalize_location(location: str) -> str:
     if ":" not in location.split("/", 1)[0]:
         return os.path.abspath(location)
     return location
+
+
+def on_object_store(location: str) -> bool:
+    """Whether `location` (normalized) is a URI of a remote store (`s3://`, `gs://`, `abfss://`, ...),
+    not a local path or `file:` URI: no atomic rename there, and put-if-absent only where the
+    server enforces it."""
+    scheme = urlsplit(location).scheme.lower()
+    return bool(scheme) and scheme != "file"
 
 
 def filesystem(location: str) -> tuple[fs.FileSystem, str]:

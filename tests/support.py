@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from confluent_kafka import Producer
@@ -70,3 +72,13 @@ def high_watermarks(bootstrap_servers: str, topic: str, partitions: Iterable[int
         return {p: end for (_, p), end in metadata.high_watermarks([(topic, p) for p in partitions]).items()}
     finally:
         metadata.close()
+
+
+def waiting_for_lock(path: Path) -> bool:
+    """Whether a process or thread is blocked in `flock` on the file at `path` (a `->` entry of
+    Linux's /proc/locks on its device and inode): the waiter has reached the lock, not merely started."""
+    stat = path.stat()
+    file = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    return any(fields[1:3] == ["->", "FLOCK"] and fields[6] == file
+               for fields in (line.split() for line in Path("/proc/locks").read_text().splitlines())
+               if len(fields) > 6)

@@ -35,6 +35,9 @@ n + 1; two claims of the same n conflict, and the later one gives up) and its OP
 names the claim it closes; a pass that finds a claim neither closed nor expired (a pass
 that died holds it until `time_budget` + `CLAIM_MARGIN_S`, unless it ran on this host in a
 process that no longer exists, e.g. a job killed mid-compaction and restarted) compacts nothing.
+On an object store each step that writes the log (compaction with its claim and release, vacuum,
+checkpoint and log cleanup) holds the table's host-wide commit lock (`synclib.delta.commit_lock`),
+as the batch commits do: the batch commits wait while a compaction rewrites files.
 With `sink.engine: delta-spark` the job's passes run Delta's own OPTIMIZE, VACUUM, checkpoints
 and log cleanup instead (`synclib.delta.spark_maintenance`).
 
@@ -69,7 +72,7 @@ from pyarrow import fs
 
 from synclib import locations
 from synclib.background import BackgroundThread
-from synclib.delta import parquet
+from synclib.delta import commit_lock, parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
 from synclib.locations import read_text
 from synclib.settings.job import MaintenanceConfig
@@ -138,15 +141,19 @@ def run_pass(path: str, options: MaintenanceConfig, now: float | None = None) ->
     """One maintenance pass over the Delta table at `path` (compaction, vacuum, checkpoint,
     log cleanup); a compaction that loses a conflict is noted in the report and logged, and
     retried by the next pass."""
-    return timed_pass(path, now, functools.partial(_pass, options, time.monotonic() + options.time_budget))
+    return timed_pass(path, now, functools.partial(_pass, path, options, time.monotonic() + options.time_budget))
 
 
-def _pass(options: MaintenanceConfig, deadline: float, table: DeltaTable, now: float, report: PassReport) -> None:
-    compact(table, options, now, report, deadline=deadline)
-    _vacuum(table, options, report)
-    _checkpoint(table, options, report)
-    if options.log_cleanup:
-        cleanup_log(table, options, now, report)
+def _pass(path: str, options: MaintenanceConfig, deadline: float, table: DeltaTable, now: float,
+          report: PassReport) -> None:
+    # Each step that writes the log holds the table's commit lock (object stores: the batch commits wait).
+    with commit_lock.held(path):
+        compact(table, options, now, report, deadline=deadline)
+    _vacuum(path, table, options, report)
+    with commit_lock.held(path):
+        _checkpoint(table, options, report)
+        if options.log_cleanup:
+            cleanup_log(table, options, now, report)
     report.version = table.version()
     report.live_files = len(table.file_uris())
 
@@ -321,11 +328,12 @@ def _release(table: DeltaTable, serial: int) -> None:
 
 # --- vacuum, checkpoints, log cleanup ---------------------------------------------------------
 
-def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -> None:
+def _vacuum(path: str, table: DeltaTable, options: MaintenanceConfig, report: PassReport) -> None:
     """Delete the files removed longer than `vacuum_retention` ago (delta-rs counts whole hours,
     rounded up here). Their tombstones stay in the table state for the table's
     `delta.deletedFileRetentionDuration` (7 days), so vacuum runs (and adds its two commits)
-    only while one of them still exists."""
+    only while one of them still exists. The candidates are looked up without the commit lock, the
+    vacuum's commits made with it."""
     hours = math.ceil(options.vacuum_retention / 3600)
     candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
     if len(candidates) <= _VACUUM_CHECK_LIMIT:
@@ -334,10 +342,11 @@ def _vacuum(table: DeltaTable, options: MaintenanceConfig, report: PassReport) -
         candidates = [info.path for info in infos if info.type != fs.FileType.NotFound]
     if not candidates:
         return
-    table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
-                 post_commithook_properties=_NO_HOOKS)
+    with commit_lock.held(path):
+        table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
+                     post_commithook_properties=_NO_HOOKS)
+        table.update_incremental()
     report.vacuumed_files = len(candidates)
-    table.update_incremental()
 
 
 def _last_checkpoint(table: DeltaTable) -> int | None:

@@ -22,6 +22,7 @@ from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from synclib.delta import commit_lock
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform
 from synclib.delta.isolation import describe
@@ -120,7 +121,8 @@ def _append(df: DataFrame, target: DeltaTarget) -> None:
         return
     data = df.toArrow()
     data = pa.Table.from_batches(data.to_batches(), schema=data.schema).cast(arrow_schema(df.schema))
-    write_deltalake(target.path, data, mode="append", partition_by=list(target.partition_by) or None)
+    with commit_lock.held(target.path):
+        write_deltalake(target.path, data, mode="append", partition_by=list(target.partition_by) or None)
 
 
 def _keys_in(keys: list[tuple[str, int, int]]) -> Column:

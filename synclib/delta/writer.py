@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 from synclib import __version__, spark_checkpoint
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import direct, log_append, parquet
+from synclib.delta import commit_lock, direct, log_append, parquet
 from synclib.delta.direct import TableFiles
 from synclib.delta.table import (
     DATE_COLUMN,
@@ -97,7 +97,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     (`current_table`) instead of reloading the table; with option
     `logCheckpoints` false it leaves Delta log checkpoints to maintenance. On local storage,
     a batch after the table's newest version, which is this process's own commit, is
-    appended without deltalake (`synclib.delta.log_append`: no listing of the log).
+    appended without deltalake (`synclib.delta.log_append`: no listing of the log). On an object
+    store the commit holds the table's host-wide lock (`synclib.delta.commit_lock`).
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
@@ -112,7 +113,10 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return AddedFiles(parquet.write_files(iterator, self._path, self._schema, self._partition_by))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
+        with commit_lock.held(self._path):  # on an object store: no other commit of this host's beside it
+            self._commit([f for m in messages if isinstance(m, AddedFiles) for f in m.files], batchId)
+
+    def _commit(self, files: list[AddAction], batchId: int) -> None:
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
         tail = log_append.previous_batch(self._path, app_id, batchId)

@@ -6,7 +6,8 @@ during a maintenance commit).
 The table-level tests run on both engines (`engine`): the forwarder's own writers with a
 checkpoint directory shaped like Spark's (delta-rs: `DeltaStreamWriter.write` and `.commit`, no
 Spark; delta-spark: `DeltaSparkBatchWriter` in the test session) and the engine's maintenance
-pass (`maintenance.run_pass`, `spark_maintenance.run_pass`). No Kafka.
+pass (`maintenance.run_pass`, `spark_maintenance.run_pass`). No Kafka. On the tests' S3 server,
+the delta-rs batch commit and pass wait for the table's host-wide commit lock.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -34,18 +35,23 @@ from pyspark.sql.types import DateType, LongType, StringType, StructField, Struc
 from benchmarks.job_files import MAINTENANCE
 from benchmarks.object_store import S3Server
 from benchmarks.soak import soak
-from synclib.delta import maintenance, spark_maintenance
+from synclib.delta import commit_lock, maintenance, spark_maintenance
+from synclib.delta.direct import TableFiles
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
 from synclib.delta.table import latest_synclib_commit, read_arrow, read_table_offsets
 from synclib.delta.writer import (
     DeltaSparkBatchWriter,
     DeltaStreamWriter,
+    DirectBatchCommit,
+    arrow_schema,
     fit_delta_to_local_master,
 )
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from tests.support import wait_until, waiting_for_lock
 
+T = TypeVar("T")
 SCHEMA = StructType([StructField("partition", LongType()), StructField("offset", LongType())])
 ROWS = 10  # per batch
 ENGINES = (DELTA_RS, DELTA_SPARK)
@@ -56,8 +62,8 @@ class Batches:
     (delta-spark needs `spark`), and that engine's maintenance pass."""
 
     def __init__(self, root: Path, schema: StructType = SCHEMA, partition_by: str = "[]",
-                 engine: str = DELTA_RS, spark: SparkSession | None = None) -> None:
-        self.table = str(root / "table")
+                 engine: str = DELTA_RS, spark: SparkSession | None = None, table: str | None = None) -> None:
+        self.table = table or str(root / "table")
         self.checkpoint = root / "checkpoint"
         (self.checkpoint / "offsets").mkdir(parents=True)
         (self.checkpoint / "metadata").write_text(json.dumps({"id": "q"}))
@@ -69,10 +75,15 @@ class Batches:
         self.spark_writer = DeltaSparkBatchWriter(self.table, str(self.checkpoint), json.loads(partition_by))
         self.next = 0
 
-    def commit(self, batch: int, rows: pa.RecordBatch | None = None) -> None:
+    def plan(self, batch: int) -> pa.RecordBatch:
+        """Batch `batch` in the checkpoint's offset log; its rows."""
         end = (batch + 1) * ROWS
         (self.checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{}}\n{{"events":{{"0":{end}}}}}\n')
-        rows = rows or pa.record_batch({"partition": [0] * ROWS, "offset": list(range(end - ROWS, end))})
+        return pa.record_batch({"partition": [0] * ROWS, "offset": list(range(end - ROWS, end))})
+
+    def commit(self, batch: int, rows: pa.RecordBatch | None = None) -> None:
+        planned = self.plan(batch)
+        rows = rows or planned
         if self.engine == DELTA_SPARK:
             assert self.spark is not None
             data = self.spark.createDataFrame(pa.Table.from_batches([rows]), schema=self.schema).coalesce(1)
@@ -221,6 +232,72 @@ def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(make_batche
     assert batches.offsets() == list(range(total * ROWS))
     assert DeltaTable(batches.table).transaction_version("synclib-q") == total - 1
     assert read_table_offsets(batches.table) == {("events", 0): total * ROWS}
+
+
+@pytest.fixture
+def on_s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The tests' S3 server (conditional PUTs accepted, not enforced), set for this process's
+    delta-rs and pyarrow as the job sets `storage.s3`."""
+    for name, value in S3Config(**s3_server.storage_settings()).environment({}).items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+def held_off_by_the_commit_lock(table: str, work: Callable[[], T]) -> T:
+    """`work()` on a thread while the test holds the commit lock of `table` (as another process's
+    commit would): it reaches the lock and commits nothing until the lock is released; its result."""
+    lock = commit_lock.lock_file(table)
+    assert lock is not None
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(work())
+        except Exception as exc:  # noqa: BLE001 (the test thread raises it)
+            errors.append(exc)
+
+    version = DeltaTable(table).version()
+    thread = threading.Thread(target=run, daemon=True)
+    with commit_lock.held(table):
+        thread.start()
+        wait_until(lambda: waiting_for_lock(lock), 60, "the commit waits for the table's commit lock")
+        assert DeltaTable(table).version() == version
+    thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+    return results[0]
+
+
+@pytest.mark.parametrize("write_path", ["row", "direct"])
+def test_on_s3_a_batch_commit_waits_for_the_tables_commit_lock(
+        write_path: str, on_s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """On a server that lets a second PUT of a log entry replace the first, the batch commit (row
+    path: `DeltaStreamWriter.commit`; direct path: `DirectBatchCommit`) holds the table's commit
+    lock, which maintenance holds too."""
+    batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
+    batches.run(1)
+    if write_path == "row":
+        held_off_by_the_commit_lock(batches.table, lambda: batches.commit(1))
+    else:
+        spark: SparkSession = request.getfixturevalue("spark")
+        files = TableFiles(batches.table, arrow_schema(SCHEMA), ()).write(iter([batches.plan(1)]))
+        added = spark.createDataFrame(pa.Table.from_batches(list(files)))
+        held_off_by_the_commit_lock(batches.table, lambda: DirectBatchCommit(batches.writer)(added, 1))
+    assert DeltaTable(batches.table).version() == 1
+    assert batches.offsets() == list(range(2 * ROWS))
+    assert read_table_offsets(batches.table) == {("events", 0): 2 * ROWS}
+
+
+def test_on_s3_a_maintenance_pass_waits_for_the_tables_commit_lock(on_s3: S3Server, tmp_path: Path) -> None:
+    batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
+    batches.run(3)
+    report = held_off_by_the_commit_lock(batches.table, lambda: run_pass(batches.table, settings(min_age="0s")))
+    assert report.compacted_files == 3 and report.vacuumed_files == 3, report.notes
+    assert report.checkpoint is not None
+    assert batches.offsets() == list(range(3 * ROWS))
+    batches.run(1)  # a batch commit after the pass
+    assert batches.offsets() == list(range(4 * ROWS))
+    assert read_table_offsets(batches.table) == {("events", 0): 4 * ROWS}
 
 
 def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) -> None:
