@@ -64,7 +64,7 @@ from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
-from synclib.settings import load_config
+from synclib.settings import ConfigError, load_config
 from synclib.settings.kafka import kafka_client_config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK, parse_duration
 
@@ -144,6 +144,10 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
         parser.error(f"--engines takes {DELTA_RS} and/or {DELTA_SPARK}")
     args.latency_triggers = [t.strip() for t in args.latency_triggers.split(",") if t.strip()]
     args.floor_triggers = [t.strip() for t in args.floor_triggers.split(",") if t.strip()]
+    try:  # a bad --set or config stops here, in one line, before Spark starts
+        load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        parser.error(str(exc))
     return args
 
 
