@@ -113,12 +113,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return AddedFiles(parquet.write_files(iterator, self._path, self._schema, self._partition_by))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        with commit_lock.held(self._path):  # on an object store: no other commit of this host's beside it
-            self._commit([f for m in messages if isinstance(m, AddedFiles) for f in m.files], batchId)
-
-    def _commit(self, files: list[AddAction], batchId: int) -> None:
+        files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
+        with commit_lock.held(self._path):  # on an object store: no other commit of this host's beside it
+            self._commit(files, batchId, app_id, offsets)
+
+    def _commit(self, files: list[AddAction], batchId: int, app_id: str, offsets: str | None) -> None:
         tail = log_append.previous_batch(self._path, app_id, batchId)
         if tail is not None and self._append(tail, files, app_id, batchId, offsets):
             return

@@ -236,8 +236,8 @@ def test_batch_commits_concurrent_with_maintenance_stay_exactly_once(make_batche
 
 @pytest.fixture
 def on_s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    """The tests' S3 server (conditional PUTs accepted, not enforced), set for this process's
-    delta-rs and pyarrow as the job sets `storage.s3`."""
+    """The tests' S3 server, set for this process's delta-rs and pyarrow as the job sets
+    `storage.s3` (no Spark session needed, unlike the `s3` fixture)."""
     for name, value in S3Config(**s3_server.storage_settings()).environment({}).items():
         monkeypatch.setenv(name, value)
     return s3_server
@@ -271,9 +271,9 @@ def held_off_by_the_commit_lock(table: str, work: Callable[[], T]) -> T:
 @pytest.mark.parametrize("write_path", ["row", "direct"])
 def test_on_s3_a_batch_commit_waits_for_the_tables_commit_lock(
         write_path: str, on_s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    """On a server that lets a second PUT of a log entry replace the first, the batch commit (row
-    path: `DeltaStreamWriter.commit`; direct path: `DirectBatchCommit`) holds the table's commit
-    lock, which maintenance holds too."""
+    """The batch commit (row path: `DeltaStreamWriter.commit`; direct path: `DirectBatchCommit`)
+    holds the table's commit lock, which maintenance holds too: on a server that lets a second PUT
+    of a log entry replace the first, no two of the host's commits take one version."""
     batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
     batches.run(1)
     if write_path == "row":
