@@ -188,7 +188,7 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
 def _object_store(stack: ExitStack, spark: Any, workdir: str) -> S3Server:
     """The S3 server (S3Proxy, under `workdir`), configured for the session as the job configures
     `storage.s3`: the driver's and the executors' AWS variables, the JVM's S3A settings."""
-    from synclib.app.forwarder import use_storage
+    from synclib.app.session import use_storage
     from synclib.settings.storage import S3Config
 
     store = stack.enter_context(S3Server(Path(workdir) / "s3"))
@@ -360,7 +360,9 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName("synclib-benchmark")
+    from synclib.app.session import with_session_defaults
+
+    builder = with_session_defaults(SparkSession.builder.appName("synclib-benchmark"))  # the job's own
     output = os.path.abspath(args.output)
 
     def save(results: Mapping[str, Any]) -> None:

@@ -140,7 +140,7 @@ class Bench:
                  bucket: str = "") -> None:
         """`store`: the phases' tables and checkpoints go to `bucket` on this S3 server instead of
         under `workdir` (as a cluster without a shared disk needs); the session must be configured
-        for it (`synclib.app.forwarder.use_storage`)."""
+        for it (`synclib.app.session.use_storage`)."""
         self.settings = settings
         self.config_path = config_path
         self.overrides = list(overrides)

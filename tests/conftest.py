@@ -134,8 +134,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     Delta's writer and reader (delta-spark), S3A and Spark's own Kafka source on the classpath."""
     from pyspark.sql import SparkSession
 
+    from synclib.app.session import with_session_defaults
+
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    builder = SparkSession.builder
+    builder = with_session_defaults(SparkSession.builder)  # as the job's own session
     for key, value in jvm.DELTA_SESSION_CONF.items():
         builder = builder.config(key, value)
     session = (
@@ -165,7 +167,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="session")
 def s3(s3_server: S3Server, spark):  # type: ignore[no-untyped-def]
     """The session's S3 server, configured for the Spark session as the job configures `storage.s3`."""
-    from synclib.app.forwarder import use_storage
+    from synclib.app.session import use_storage
     from synclib.settings.storage import S3Config
 
     use_storage(spark, S3Config(**s3_server.storage_settings()))

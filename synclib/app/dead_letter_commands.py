@@ -38,7 +38,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"dead_letters: {exc}", file=sys.stderr, flush=True)
         return EXIT_STORAGE
     # Here: pyspark, deltalake and the sink load only once the configuration and storage are checked.
-    from synclib.app.forwarder import job_session
+    from synclib.app.session import job_session
     from synclib.delta.replay import dead_letters, replay
     from synclib.delta.writer import resolve_engine
 

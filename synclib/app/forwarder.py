@@ -24,10 +24,10 @@ from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
+from synclib.app.session import job_session
 from synclib.app.signals import StopRequest
 from synclib.app.status import advertise_embedded_broker
-from synclib.app.storage import s3_locations
-from synclib.compat.pyspark import failed_batch_offsets, is_connect, jvm
+from synclib.compat.pyspark import failed_batch_offsets, jvm
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
@@ -36,7 +36,6 @@ from synclib.embedded.default_world import EmbeddedWorld
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
-from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.status import PlannerStatus
@@ -47,7 +46,6 @@ logger = logging.getLogger("synclib.forwarder")
 EXIT_OK, EXIT_FAILED = 0, 1
 EXIT_SUPERSEDED = 5  # another run of the job took the checkpoint over (the newest run wins)
 GRACEFUL_STOP_TIMEOUT_S = 120.0
-SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
 QUERY_NAME = "synclib_forwarder"
 
 
@@ -264,33 +262,6 @@ class Forwarder:
         print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
                              self.config.logging.partition_table_rows), flush=True)
         return EXIT_OK
-
-
-def job_session(config: ForwarderConfig, app_name: str) -> SparkSession:
-    """The session of a synclib job (the forwarder, the dead-letter commands): Spark's log level
-    WARN unless `spark.log.level` is set, and `storage.s3` (`use_storage`) when a location of the
-    job is on S3, before anything is registered or read."""
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
-    if is_connect(spark):
-        logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
-    elif not spark.sparkContext.getConf().contains("spark.log.level"):
-        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
-    if s3_locations(config):
-        use_storage(spark, config.storage.s3)
-    return spark
-
-
-def use_storage(spark: SparkSession, s3: S3Config) -> None:
-    """`storage.s3` for the session, before its query starts: `AWS_*` variables for the driver's
-    Python (delta-rs, pyarrow) and the Python workers (the session's executor environment, which
-    Python functions and data sources registered afterwards take to the executors), `fs.s3a.*`
-    for the JVM (the session's configuration, which Spark's Hadoop configuration takes up)."""
-    variables = s3.environment()
-    os.environ.update(variables)
-    if not is_connect(spark):
-        spark.sparkContext.environment.update(variables)
-    for key, value in s3.hadoop_options().items():
-        spark.conf.set(key, value)
 
 
 def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:

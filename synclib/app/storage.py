@@ -3,7 +3,7 @@
 `check_storage` lists each `s3://`/`s3a://` location (the table, the dead-letter table, the
 checkpoint) with the `storage.s3` settings and raises `StorageUnavailable`, one line naming the
 location and the setting to check, when the server cannot be reached or refuses the
-credentials. `synclib.app.forwarder.use_storage` then sets the same settings for the session.
+credentials. `synclib.app.session.use_storage` then sets the same settings for the session.
 """
 
 from __future__ import annotations

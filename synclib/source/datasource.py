@@ -9,6 +9,7 @@ pickled: Spark ships the reader to workers with its options only.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import signal
@@ -415,9 +416,10 @@ def _data_lost_before(tp: TopicPartitionKey, first: int, earliest: int, fail_on_
 
 
 def read_records(partition: InputPartition, options: SourceOptions, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """A read task's records, as Arrow batches of `schema`."""
+    """A read task's records, as Arrow batches of `schema`; after the first task of the Python
+    worker, its objects so far are frozen (`freeze_worker_objects`)."""
     assert isinstance(partition, KafkaInputPartition)
-    return read_partition(
+    yield from read_partition(
         partition,
         options.client_config,
         spark_compat.to_arrow_schema(schema),
@@ -426,3 +428,15 @@ def read_records(partition: InputPartition, options: SourceOptions, schema: Stru
         poll_timeout_ms=options.poll_timeout_ms,
         stall_timeout_s=options.read_stall_timeout,
     )
+    freeze_worker_objects()
+
+
+def freeze_worker_objects() -> None:
+    """Once per Python worker, after its first read task: every object alive then (the modules
+    of the read path, the cached consumer) leaves the cyclic garbage collector's reach
+    (`gc.freeze`; reference counting still frees them). PySpark's daemon runs a full
+    `gc.collect()` after every task of a reused worker: over those ~110k objects about 40 ms of
+    CPU, on a two-core machine taken from the driver while it writes the batch's commit log.
+    Objects created later are collected as before."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()

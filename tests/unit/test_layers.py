@@ -36,6 +36,7 @@ SPARK_MODULES = frozenset({
     "synclib.source.datasource", "synclib.delta.writer",
     "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
+    "synclib.app.session",  # the job's Spark session
     "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
     "synclib.app.direct_source",  # the source on the direct write path

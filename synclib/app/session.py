@@ -1,0 +1,69 @@
+"""The Spark session of a synclib job (the forwarder, the dead-letter commands).
+
+A session the job creates itself (`spark-submit jobs/forwarder.py`) starts with
+`SESSION_DEFAULTS`, each unless spark-submit's `--conf` or `spark-defaults.conf` sets it; a
+session that exists already (a Databricks job cluster, a notebook) keeps its own settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pyspark import SparkConf
+from pyspark.sql import SparkSession
+
+from synclib.app.storage import s3_locations
+from synclib.compat.pyspark import is_connect
+from synclib.settings import ForwarderConfig
+from synclib.settings.storage import S3Config
+
+logger = logging.getLogger("synclib.session")
+
+SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
+SESSION_DEFAULTS = {
+    # The JVM and its Python workers (read tasks, the daemon) talk over Unix domain sockets
+    # (Spark 4.1+) instead of loopback TCP, where Nagle's algorithm and delayed ACKs held each
+    # read task's input about 40 ms: a quarter of a one-row micro-batch (docs/performance.md).
+    "spark.python.unix.domain.socket.enabled": "true",
+}
+
+
+def job_session(config: ForwarderConfig, app_name: str) -> SparkSession:
+    """The job's session: `SESSION_DEFAULTS` if it creates it, Spark's log level WARN unless
+    `spark.log.level` is set, and `storage.s3` (`use_storage`) when a location of the job is on
+    S3, before anything is registered or read."""
+    builder = SparkSession.builder.appName(app_name)
+    if SparkSession.getActiveSession() is None:
+        builder = with_session_defaults(builder)
+    spark = builder.getOrCreate()
+    if is_connect(spark):
+        logger.info("Spark Connect session: Spark's log level is the server's (spark.log.level there)")
+    elif not spark.sparkContext.getConf().contains("spark.log.level"):
+        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
+    if s3_locations(config):
+        use_storage(spark, config.storage.s3)
+    return spark
+
+
+def with_session_defaults(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """`builder` with each of `SESSION_DEFAULTS` that spark-submit's `--conf` or
+    `spark-defaults.conf` does not set (also the benchmark's and the tests' sessions)."""
+    submitted = SparkConf()
+    for key, value in SESSION_DEFAULTS.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    return builder
+
+
+def use_storage(spark: SparkSession, s3: S3Config) -> None:
+    """`storage.s3` for the session, before its query starts: `AWS_*` variables for the driver's
+    Python (delta-rs, pyarrow) and the Python workers (the session's executor environment, which
+    Python functions and data sources registered afterwards take to the executors), `fs.s3a.*`
+    for the JVM (the session's configuration, which Spark's Hadoop configuration takes up)."""
+    variables = s3.environment()
+    os.environ.update(variables)
+    if not is_connect(spark):
+        spark.sparkContext.environment.update(variables)
+    for key, value in s3.hadoop_options().items():
+        spark.conf.set(key, value)
