@@ -18,6 +18,7 @@ import tomllib
 from databricks.sdk.service.jobs import JobsAPI, JobSettings
 
 from synclib.app.job import parse_args
+from synclib.app.session import SESSION_DEFAULTS
 from synclib.settings import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,8 @@ def test_databricks_job_runs_the_forwarder_with_the_databricks_config(monkeypatc
     args = forwarder_task_args(task["spark_python_task"])
     assert Path(args.config) == DATABRICKS / "forwarder.yaml"
 
+    # the cluster exists before the job's session: it sets what the job's own session would
+    assert cluster["spark_conf"] == SESSION_DEFAULTS
     env = cluster["spark_env_vars"]
     assert all(SECRET_REFERENCE.fullmatch(value) for value in env.values()), env
     assert_config_takes_exactly_these_from_the_environment(monkeypatch, args, env)
