@@ -357,12 +357,16 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         from benchmarks import growth
 
         return growth.main(["--workdir", args.workdir] if args.workdir else [])
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     from synclib.app.session import with_session_defaults
+    from synclib.compat.pyspark import submitted_conf
 
     builder = with_session_defaults(SparkSession.builder.appName("synclib-benchmark"))  # the job's own
+    submitted = submitted_conf("spark-submit's --master")
+    # spark-submit's --master, unless it is spark-submit's default (local[*]): then local[2]
+    master = submitted.get("spark.master", None) if submitted is not None else None
+    master_given = master not in (None, "local[*]")
     output = os.path.abspath(args.output)
 
     def save(results: Mapping[str, Any]) -> None:
@@ -372,7 +376,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
     with ExitStack() as stack:  # closed in reverse: the session stops before the cluster, then the workdir goes
         roots: dict[int, str] = {}
         if args.standalone_workers:
-            if SparkConf().contains("spark.master"):
+            if master_given:
                 print("--standalone-workers starts its own master: drop spark-submit's --master", file=sys.stderr)
                 return 2
             from benchmarks.standalone import standalone_cluster
@@ -385,7 +389,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
             for key, value in standalone.session_conf().items():
                 builder = builder.config(key, value)
             roots = standalone.roots()
-        elif not SparkConf().contains("spark.master"):
+        elif not master_given:
             builder = builder.master("local[2]")
         spark = builder.getOrCreate()
         if args.standalone_workers:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import os
 
-from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from synclib.app.storage import s3_locations
-from synclib.compat.pyspark import is_connect
+from synclib.compat.pyspark import is_connect, submitted_conf
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
 
@@ -49,7 +48,9 @@ def job_session(config: ForwarderConfig, app_name: str) -> SparkSession:
 def with_session_defaults(builder: SparkSession.Builder) -> SparkSession.Builder:
     """`builder` with each of `SESSION_DEFAULTS` that spark-submit's `--conf` or
     `spark-defaults.conf` does not set (also the benchmark's and the tests' sessions)."""
-    submitted = SparkConf()
+    submitted = submitted_conf("the job's session without its defaults (synclib.app.session.SESSION_DEFAULTS)")
+    if submitted is None:
+        return builder
     for key, value in SESSION_DEFAULTS.items():
         if not submitted.contains(key):
             builder = builder.config(key, value)

@@ -6,7 +6,9 @@
 - `StreamingQueryException._origin`: the JVM exception, whose start and end offsets name the
   micro-batch a query failed in;
 - `pyspark.sql.pandas.types.to_arrow_schema` and `from_arrow_schema`: a Spark schema as an
-  Arrow schema (the source's and the sink's Arrow batches) and back (the source's schema).
+  Arrow schema (the source's and the sink's Arrow batches) and back (the source's schema);
+- `SparkContext._ensure_initialized` and `SparkContext._jvm`: the connection to spark-submit's
+  JVM before a session exists, to read the settings spark-submit gave it.
 
 The JVM-only ones are conveniences: on a Spark Connect session (no JVM in this process), on a
 PySpark other than `TESTED_VERSION`, or when an attribute is gone, they return None and log
@@ -16,6 +18,7 @@ once what the job goes without.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +28,7 @@ from synclib.compat import py4j
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark import SparkConf
     from pyspark.sql.types import StructType
 
 logger = logging.getLogger(__name__)
@@ -75,6 +79,24 @@ def jvm(spark: Any, purpose: str, callbacks: bool = False) -> Any | None:
         _without(purpose, f"PySpark {pyspark.__version__} has no {exc}")
         return None
     return view
+
+
+def submitted_conf(purpose: str) -> SparkConf | None:
+    """The settings a session created now starts from: spark-submit's `--conf` and
+    `spark-defaults.conf`. Under spark-submit the JVM holding them runs before the driver's Python,
+    but PySpark's `SparkConf()` reads them only once connected to it, which `getOrCreate` would do
+    next anyway. Without spark-submit no JVM runs yet and nothing was submitted: an empty conf.
+    None (logged once with `purpose`, what the job goes without) on an untested PySpark."""
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ and getattr(SparkContext, "_jvm", None) is None:
+        problem = version_problem()
+        connect = getattr(SparkContext, "_ensure_initialized", None)
+        if problem is not None or connect is None:
+            _without(purpose, problem or f"PySpark {pyspark.__version__} has no SparkContext._ensure_initialized")
+            return None
+        connect()
+    return SparkConf()
 
 
 def failed_batch_offsets(exc: BaseException) -> tuple[str, str] | None:

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from synclib.app.embedded_locations import start_embedded_afresh
+from synclib.app.session import SESSION_DEFAULTS
 from synclib.delta.table import read_arrow
 from synclib.delta.writer import arrow_schema
 from synclib.embedded.broker import free_port
@@ -363,6 +364,31 @@ def test_the_exit_code_of_an_invalid_config_passes_through_spark_submit(tmp_path
     assert result.returncode == 2, result.stdout
     assert f"{config}: sink.engine: expected one of" in result.stdout
     assert "SparkContext" not in result.stdout
+
+
+SESSION_PROBE = """\
+from pyspark.sql import SparkSession
+from synclib.app.session import SESSION_DEFAULTS, with_session_defaults
+conf = with_session_defaults(SparkSession.builder).getOrCreate().sparkContext.getConf()
+print("session:", {key: conf.get(key) for key in SESSION_DEFAULTS})
+"""
+
+
+def test_the_jobs_session_defaults_give_way_to_what_spark_submit_sets(tmp_path: Path) -> None:
+    """Under spark-submit the job's session starts with `SESSION_DEFAULTS`, except where
+    spark-submit's `--conf` sets a key (its JVM holds it before the driver's Python connects)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(SESSION_PROBE)
+    spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
+                    "--conf", "spark.ui.enabled=false"]
+    given = {key: "false" if value == "true" else "true" for key, value in SESSION_DEFAULTS.items()}
+
+    defaults = run([*spark_submit, str(probe)])
+    overridden = run([*spark_submit, *(arg for key, value in given.items() for arg in ("--conf", f"{key}={value}")),
+                      str(probe)])
+
+    assert f"session: {SESSION_DEFAULTS}" in defaults.stdout, defaults.stdout[-3000:]
+    assert f"session: {given}" in overridden.stdout, overridden.stdout[-3000:]
 
 
 def test_an_embedded_run_replaces_only_a_previous_embedded_runs_locations(tmp_path: Path) -> None:
