@@ -56,15 +56,22 @@ def _setpriv_with_pdeathsig() -> str | None:
     return setpriv if "--pdeathsig" in usage else None
 
 
+# Run by `sh -c` once the parent-death signal is set: executes the command ("$@") only if the
+# starter ("$0") is still its parent. A starter that died before the signal was set never sends it.
+_IF_STARTER_ALIVE = 'test "$PPID" = "$0" && exec "$@"'
+
+
 def tied_to_this_process(command: Sequence[str]) -> list[str]:
     """`command`, run so that it gets SIGTERM when this process dies, also by SIGKILL: Linux's
-    parent-death signal, set by util-linux's `setpriv` before it executes the command. A killed
-    test run or job leaves no broker behind. Only from the main thread (the signal follows the
-    thread that starts the process) and where `setpriv` knows it; elsewhere `command` unchanged."""
+    parent-death signal, set by util-linux's `setpriv` before it executes the command, which
+    then runs only if this process is still its parent (so a death in between is not missed).
+    A killed test run or job leaves no broker behind. Only from the main thread (the signal
+    follows the thread that starts the process) and where `setpriv` knows it; elsewhere
+    `command` unchanged."""
     setpriv = _setpriv_with_pdeathsig()
     if setpriv is None or threading.current_thread() is not threading.main_thread():
         return list(command)
-    return [setpriv, "--pdeathsig", "TERM", "--", *command]
+    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", _IF_STARTER_ALIVE, str(os.getpid()), *command]
 
 
 def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:

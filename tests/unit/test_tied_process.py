@@ -53,6 +53,19 @@ def test_a_tied_process_ends_when_its_starter_is_killed() -> None:
         starter.kill()
 
 
+@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"], reason="needs util-linux's setpriv with --pdeathsig")
+def test_a_tied_command_does_not_run_once_its_starter_is_no_longer_its_parent(tmp_path: Path) -> None:
+    """As when the starter dies before the parent-death signal is set (the child is then an
+    orphan, which the signal would never reach): here another process starts the command."""
+    ran = tmp_path / "ran"
+    command = tied_to_this_process(["touch", str(ran)])
+    other = subprocess.run([sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+                            *command], check=False)
+    assert other.returncode != 0 and not ran.exists()
+    subprocess.run(command, check=True)
+    assert ran.exists()
+
+
 def test_a_command_started_off_the_main_thread_is_left_as_it_is() -> None:
     commands: list[list[str]] = []
     worker = threading.Thread(target=lambda: commands.append(tied_to_this_process(["sleep", "1"])))
