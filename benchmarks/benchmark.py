@@ -392,8 +392,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         elif not master_given:
             builder = builder.master("local[2]")
         spark = builder.getOrCreate()
-        if args.standalone_workers:
-            stack.callback(spark.stop)
+        stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("WARN")
         if args.object_store:
             results = run(spark, args, save, roots)

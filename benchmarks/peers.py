@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
-from benchmarks.phases import DeltaLogWatcher, stop_between_batches
+from benchmarks.phases import STOP_TIMEOUT_S, DeltaLogWatcher
 from benchmarks.procmem import TreeMemory
 from synclib.delta.table import DATE_COLUMN
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
@@ -78,7 +78,9 @@ class SparkKafkaPeer:
         """`root(name)`: where phase `name` keeps its table and checkpoint (`Bench.root`); `local`:
         that location as a path on this machine (`Bench.local`), where its log is watched."""
         self.spark = spark
-        self.kafka_options = dict(kafka_options)
+        # No client telemetry (KIP-714), as the forwarder's kafka-python has none: its consumers,
+        # pooled by Spark until the session stops, otherwise warn once each when the broker is gone.
+        self.kafka_options = {**kafka_options, "kafka.enable.metrics.push": "false"}
         self.root, self.local = root, local
         self.trigger = f"{int(trigger_s * 1000)} milliseconds"
         self.partition_by_date = partition_by_date
@@ -93,7 +95,12 @@ class SparkKafkaPeer:
             with DeltaLogWatcher(self.local(self._table(name))) as watcher:
                 yield query, watcher
         finally:
-            stop_between_batches(query)
+            self._stop(query)
+
+    def _stop(self, query: Any) -> None:
+        from synclib.app.signals import stop_after_batch_in_flight  # imports pyspark
+
+        stop_after_batch_in_flight(self.spark, query, STOP_TIMEOUT_S)
 
     def _table(self, name: str) -> str:
         return f"{self.root(name)}/table"
@@ -129,14 +136,14 @@ class SparkKafkaPeer:
             warm_progress = _wait_progress(warm_query, lambda p: p["batchId"] == 0 and p["numInputRows"] > 0,
                                            f"{name}: the warm-up batch")
         finally:
-            stop_between_batches(warm_query)
+            self._stop(warm_query)
         warm_rows = sum(p["numInputRows"] for p in warm_progress)
         with self.usage() as usage:
             query = self._start(topic, engine, name, self.trigger, None)
             try:
                 progress = _wait_progress(query, lambda p: reaches(p, topic, ends), f"{name}: the backlog")
             finally:
-                stop_between_batches(query)
+                self._stop(query)
         timed = [p for p in progress if p["numInputRows"] > 0]
         rows = sum(p["numInputRows"] for p in timed)
         if rows + warm_rows != sum(ends.values()):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from synclib.app.forwarder import Forwarder
 
 LOG_POLL_S = 0.01
+STOP_TIMEOUT_S = 60.0  # a query still in its batch after this is stopped mid-batch
 
 
 @dataclass(frozen=True)
@@ -125,14 +126,6 @@ class DeltaLogWatcher(BackgroundThread):
 
 # --- the forwarder -------------------------------------------------------------------------
 
-def stop_between_batches(query: Any, timeout_s: float = 60.0) -> None:
-    """Stop the query when no batch is running, so no write is aborted mid-way."""
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    query.stop()
-
-
 class Bench:
     def __init__(self, settings: Settings, config_path: str, overrides: Sequence[str], bootstrap: str,
                  cluster: Cluster, workdir: str, jvm_pid: int, broker_pid: int | None,
@@ -186,17 +179,19 @@ class Bench:
         from pyspark.sql import SparkSession
 
         from synclib.app.forwarder import Forwarder
+        from synclib.app.signals import stop_after_batch_in_flight
 
         config = self.config(topic, log_topic, name, extra)
         status_path = os.path.join(self.workdir, name, "status.json")
         os.makedirs(os.path.dirname(status_path), exist_ok=True)
         self.job = Forwarder(config, None)
-        query = self.job.start(SparkSession.builder.getOrCreate(), self.bootstrap, status_path)
+        spark = SparkSession.builder.getOrCreate()
+        query = self.job.start(spark, self.bootstrap, status_path)
         try:
             with DeltaLogWatcher(self.local(config.sink.path)) as watcher:
                 yield query, watcher
         finally:
-            stop_between_batches(query)
+            stop_after_batch_in_flight(spark, query, STOP_TIMEOUT_S)
 
     def throughput(self, topic: str, ends: PartitionEnds, name: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Forwarder rows/s on a committed backlog, after a warm-up slice; peak RSS meanwhile."""

@@ -25,9 +25,9 @@ from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.session import job_session
-from synclib.app.signals import StopRequest
+from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
-from synclib.compat.pyspark import failed_batch_offsets, jvm
+from synclib.compat.pyspark import failed_batch_offsets
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.table import table_summary
@@ -165,7 +165,7 @@ class Forwarder:
                     reason = f"embedded.run_for ({run_for:g}s) elapsed"
                 else:
                     continue
-                self._stop_gracefully(spark, query)
+                stop_after_batch_in_flight(spark, query, GRACEFUL_STOP_TIMEOUT_S)
                 break
             query.awaitTermination()
         except StreamingQueryException as exc:
@@ -231,31 +231,6 @@ class Forwarder:
         if self._initial_offsets_text is None and self.direct_initial is not None:
             self._initial_offsets_text = read_text(self.direct_initial)
         return self._initial_offsets_text
-
-    @staticmethod
-    def _stop_gracefully(spark: SparkSession, query: StreamingQuery) -> None:
-        """Stop once the batch in flight has finished (or at once between triggers).
-
-        A query falling behind its trigger starts the next batch right away; that one is then
-        interrupted before its Delta commit and replayed, exactly once, at the next start.
-        """
-        def last() -> tuple[int, str] | None:
-            progress = query.lastProgress
-            return None if progress is None else (progress.batchId, progress.timestamp)
-
-        in_flight = last()
-        deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
-        while (query.status["isTriggerActive"] and last() == in_flight
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
-        # Stopping between batches cancels the query's job group with no job in it, which Spark's
-        # DAGScheduler reports as a warning ("Failed to cancel job group ... Cannot find active
-        # jobs for it") at every clean stop: only that logger, only now, says errors alone.
-        view = jvm(spark, "a clean stop without DAGScheduler's warning about an empty job group")
-        if view is not None:
-            log4j = view.org.apache.logging.log4j
-            log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
-        query.stop()
 
     def _finish(self, status_path: str, headline: str) -> int:
         path = self.config.sink.path

@@ -1,12 +1,14 @@
-"""SIGTERM/SIGINT for the forwarder: stop after the batch in flight, in Python and the JVM."""
+"""Stopping a query after the batch in flight: on SIGTERM/SIGINT (in Python and the JVM), or when asked."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.compat import pyspark as spark_compat
 from synclib.compat.py4j import JvmSignalHandler
@@ -47,3 +49,28 @@ class StopRequest:
     def _handle(self, signum: int, frame: object) -> None:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
         self.request(f"{signal.Signals(signum).name} received")
+
+
+def stop_after_batch_in_flight(spark: SparkSession, query: StreamingQuery, timeout_s: float) -> None:
+    """Stop `query` once the batch in flight has finished (at once between triggers), or after
+    `timeout_s` whatever runs.
+
+    A query falling behind its trigger starts the next batch right away; that one is then
+    interrupted before its Delta commit and replayed, exactly once, at the next start.
+    """
+    def last() -> tuple[int, str] | None:
+        progress = query.lastProgress
+        return None if progress is None else (progress.batchId, progress.timestamp)
+
+    in_flight = last()
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status["isTriggerActive"] and last() == in_flight and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # Stopping between batches cancels the query's job group with no job in it, which Spark's
+    # DAGScheduler reports as a warning ("Failed to cancel job group ... Cannot find active
+    # jobs for it") at every clean stop: only that logger, only now, says errors alone.
+    view = spark_compat.jvm(spark, "a clean stop without DAGScheduler's warning about an empty job group")
+    if view is not None:
+        log4j = view.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
+    query.stop()
