@@ -25,6 +25,9 @@ SESSION_DEFAULTS = {
     # (Spark 4.1+) instead of loopback TCP, where Nagle's algorithm and delayed ACKs held each
     # read task's input about 40 ms: a quarter of a one-row micro-batch (docs/performance.md).
     "spark.python.unix.domain.socket.enabled": "true",
+    # Streaming queries run without adaptive execution whatever this says; left on (Spark's
+    # default), every query start warns that it is being disabled (ResolveWriteToStream).
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
