@@ -19,8 +19,10 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from synclib.app.signals import stop_after_batch_in_flight
 from synclib.settings.values import parse_duration
 
+STOP_TIMEOUT_S = 60.0
 KEYS = ("triggerExecution", "addBatch", "commitOffsets", "walCommit", "queryPlanning", "latestOffset")
 WARM_UP_BATCHES = 5
 
@@ -34,7 +36,8 @@ def run(spark: SparkSession, trigger_s: float, seconds: float) -> dict[str, floa
                  .trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds").start())
         time.sleep(seconds)
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0][WARM_UP_BATCHES:]
-        query.stop()
+        # between batches: a batch stopped mid-way still writes files while the directory goes
+        stop_after_batch_in_flight(spark, query, STOP_TIMEOUT_S)
     return {key: statistics.median(p["durationMs"].get(key, 0) for p in batches) for key in KEYS}
 
 
