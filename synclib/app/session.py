@@ -21,14 +21,13 @@ logger = logging.getLogger("synclib.session")
 
 SPARK_LOG_LEVEL = "WARN"  # unless spark.log.level is set
 SESSION_DEFAULTS = {
-    # The JVM and its Python workers (read tasks, the daemon) talk over Unix domain sockets
-    # (Spark 4.1+) instead of loopback TCP, where Nagle's algorithm and delayed ACKs held each
-    # read task's input about 40 ms: a quarter of a one-row micro-batch (docs/performance.md).
-    "spark.python.unix.domain.socket.enabled": "true",
     # Streaming queries run without adaptive execution whatever this says; left on (Spark's
     # default), every query start warns that it is being disabled (ResolveWriteToStream).
     "spark.sql.adaptive.enabled": "false",
 }
+# Not a default: spark.python.unix.domain.socket.enabled cuts a one-row batch by ~50 ms, but
+# PySpark 4.2's daemon then prints a BrokenPipeError traceback for each idle worker the JVM
+# closes (a minute after a worker module's last use): docs/performance.md, the floor.
 
 
 def job_session(config: ForwarderConfig, app_name: str) -> SparkSession:
