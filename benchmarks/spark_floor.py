@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from benchmarks.phases import STOP_TIMEOUT_S
 from synclib.app.signals import stop_after_batch_in_flight
 from synclib.settings.values import parse_duration
 
+STOP_TIMEOUT_S = 60.0
 KEYS = ("triggerExecution", "addBatch", "commitOffsets", "walCommit", "queryPlanning", "latestOffset")
 WARM_UP_BATCHES = 5
 
