@@ -17,6 +17,7 @@ from synclib.embedded.broker import tied_to_this_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 10.0
+UNTIED = tied_to_this_process(["true"]) == ["true"]  # no setpriv with --pdeathsig here
 
 STARTER = """
 import subprocess, sys, time
@@ -34,7 +35,7 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"] or not os.path.isdir("/proc"),
+@pytest.mark.skipif(UNTIED or not os.path.isdir("/proc"),
                     reason="needs Linux's /proc and util-linux's setpriv with --pdeathsig")
 def test_a_tied_process_ends_when_its_starter_is_killed() -> None:
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
@@ -53,7 +54,7 @@ def test_a_tied_process_ends_when_its_starter_is_killed() -> None:
         starter.kill()
 
 
-@pytest.mark.skipif(tied_to_this_process(["true"]) == ["true"], reason="needs util-linux's setpriv with --pdeathsig")
+@pytest.mark.skipif(UNTIED, reason="needs util-linux's setpriv with --pdeathsig")
 def test_a_tied_command_does_not_run_once_its_starter_is_no_longer_its_parent(tmp_path: Path) -> None:
     """As when the starter dies before the parent-death signal is set (the child is then an
     orphan, which the signal would never reach): here another process starts the command."""
