@@ -82,7 +82,7 @@ MAINTENANCE: dict[str, dict[str, str] | None] = {
 MODES = tuple(MAINTENANCE)
 SPARK_MODES = ("spark-on", "spark-off")
 YOUNG_AGE = 100
-INTERVAL_S = TriggerConfig().processing_time  # between two aged versions: a busy stream's batches
+INTERVAL_S = TriggerConfig().min_interval  # between two aged versions: a busy stream's batches
 
 
 @dataclass

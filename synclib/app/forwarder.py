@@ -21,6 +21,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app import direct_source
 from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.app.gate_latency import GateLatency
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
@@ -38,6 +39,7 @@ from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
+from synclib.source.events import EventReplay
 from synclib.source.status import PlannerStatus
 from synclib.spark_checkpoint import RunMarker, start_run, superseded
 
@@ -59,10 +61,12 @@ class Forwarder:
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
         self._initial_offsets_text: str | None = None  # its contents, once read
         self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
+        self.gate_latency = GateLatency()
+        self.planner_events = EventReplay()  # the planner's log lines, from its status file
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
                                      stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
-                                                       source.read_stall_timeout) + config.trigger.processing_time)
+                                                       source.read_stall_timeout) + config.trigger.longest_pause)
 
     def run(self) -> int:
         spark = job_session(self.config, "synclib-forwarder")
@@ -134,8 +138,7 @@ class Forwarder:
         return DeltaStream(
             path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
-            trigger={"availableNow": True} if trigger.available_now
-            else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
+            trigger=trigger.spark_trigger,
             query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, run_id=self.run_marker.run_id)
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
@@ -191,10 +194,15 @@ class Forwarder:
         letters = self.dead_letters
         progresses = self.progress(query)
         status = PlannerStatus.read(status_path)
-        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
+        if status is not None:
+            self.planner_events.replay(status.events)
+        latencies = self.gate_latency.observe(progresses, status)
+        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total,
+                                latencies)
         if not self.config.logging.progress:
             return
-        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch):
+        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch,
+                                    gate_latency=self.gate_latency.quantiles()):
             print(line, flush=True)
 
     def progress(self, query: StreamingQuery) -> list[dict[str, Any]]:

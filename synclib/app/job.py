@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     """Run the forwarder; `default_config` is the job file's own default (the repository's
     conf/local.yaml), since an installed package cannot know where a checkout is."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
-    overrides = list(args.overrides) + (["trigger.available_now=true"] if args.available_now else [])
+    overrides = list(args.overrides) + (["trigger.mode=available_now"] if args.available_now else [])
     if args.healthcheck_file:
         overrides.append(f"monitoring.healthcheck_file={json.dumps(args.healthcheck_file)}")  # a YAML string
     with exit_on_config_error("forwarder"):

@@ -108,6 +108,8 @@ def test_local_yaml_is_the_embedded_default(tmp_path, monkeypatch):
         "brokerTimeout": "120",
         "commitLogTimeout": "120",
         "readStallTimeout": "120",
+        "awaitLeaderCommits": "true",
+        "minBatchInterval": "0.4",
     }
     with pytest.raises(ValueError, match="embedded broker"):
         config.source_options("embedded")
@@ -170,7 +172,7 @@ def test_overrides_are_parsed_as_yaml(tmp_path):
         "sink.engine=delta-rs",
         "source.commit_groups=[a, b]",
         "source.include_headers=true",
-        "trigger.available_now=true",
+        "trigger.mode=processing_time",
         "trigger.processing_time=250ms",
         "kafka.options.max.poll.records=100",
         "transform=my.pkg:enrich",
@@ -179,14 +181,15 @@ def test_overrides_are_parsed_as_yaml(tmp_path):
     assert config.source.max_offsets_per_trigger == 500
     assert config.sink.engine == "delta-rs"
     assert config.source.commit_groups == ("a", "b")
-    assert config.source.include_headers and config.trigger.available_now
-    assert config.trigger.processing_time == 0.25
+    assert config.source.include_headers
+    assert config.trigger.spark_trigger == {"processingTime": "250 milliseconds"}
     assert config.kafka.options == {"max.poll.records": "100"}
     assert config.transform == "my.pkg:enrich"
     options = config.source_options("k:9092")
     assert options["maxOffsetsPerTrigger"] == "500"
     assert options["synchronizeCommitGroups"] == "a,b"
     assert options["kafka.max.poll.records"] == "100"
+    assert "awaitLeaderCommits" not in options  # the source waits for the leader only in mode leader
 
 
 def test_override_switches_local_yaml_to_a_real_broker(tmp_path):
@@ -321,6 +324,11 @@ BAD_CONFIGS = [
     ("bad assign", {"source.subscribe": DELETE, "source.assign": "{\"events\": [0, 0]}"}, "source.assign",
      "distinct partition numbers"),
     ("bad duration", {"trigger.processing_time": "fast"}, "trigger.processing_time", "expected a duration"),
+    ("negative interval", {"trigger.min_interval": "-1s"}, "trigger.min_interval", "expected a duration"),
+    ("unknown trigger mode", {"trigger.mode": "asap"}, "trigger.mode",
+     "expected one of 'leader', 'processing_time', 'available_now'"),
+    ("interval of another mode", {"trigger.processing_time": "1s"}, "trigger.processing_time",
+     "only used with trigger.mode: processing_time (the mode is leader)"),
     ("duration without unit", {"logging.progress_interval": 5}, "logging.progress_interval", "expected a duration"),
     ("zero duration", {"source.stale_after": "0s"}, "source.stale_after", "positive duration"),
     ("two subscriptions", {"source.assign": '{"events": [0]}'}, "source.assign",

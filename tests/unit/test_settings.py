@@ -27,7 +27,8 @@ OPTION_NAMES = {
     "startingOffsets", "initialOffsetReset", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     "staleAfter", "brokerTimeout", "commitLogTimeout", "readStallTimeout", "commitToConsumerGroup",
     "publishCommitLog", "remoteOffsets", "statusFile", "initialOffsetsFile", "runId", "runCheckpoint",
-    "endingOffsets", "pollTimeoutMs", "remotePollInterval", "kafka.bootstrap.servers",
+    "endingOffsets", "pollTimeoutMs", "remotePollInterval", "awaitLeaderCommits", "minBatchInterval",
+    "kafka.bootstrap.servers",
 }
 
 
