@@ -5,11 +5,13 @@ follower has it. The planner keeps, for each micro-batch it plans, the times of 
 that batch releases (`PlannerStatus.batches`: the commit-log records' timestamps, or when the group
 poller saw them); once Spark reports the batch, its Delta commit time (the trigger's start plus its
 duration up to the sink's commit) minus each of those is one observation. Both clocks are wall
-clocks: the leader's producer's and the driver's.
+clocks: the leader's producer's and the driver's. The status command measures the same from the
+table's recent commits and the commit log (`table_latencies`).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections import deque
@@ -17,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from synclib.offsets import parse_offsets_json
+from synclib.leader.tracker import Release
+from synclib.offsets import PartitionOffsets, TopicPartitionKey, parse_offsets_json
 from synclib.source.status import PlannerStatus
 
 WINDOW_S = 10.0  # the progress line's "recent": ten seconds (the histogram keeps every observation)
@@ -75,6 +78,20 @@ class GateLatency:
         while self._recent and now - self._recent[0][0] > self._window_s:
             self._recent.popleft()
         return quantiles([(seconds, count) for _, seconds, count in self._recent])
+
+
+def table_latencies(batches: Sequence[tuple[float, PartitionOffsets]],
+                    releases: Mapping[TopicPartitionKey, Sequence[Release]]) -> list[tuple[float, int]]:
+    """The gate latencies of consecutive Delta commits (`recent_batches`: when, offsets held up to)
+    from the leader's `releases`: a release at offset `o` of a partition is held by the first commit
+    whose offset reaches `o`. The oldest commit only bounds the next (what it released is unknown)."""
+    latencies: list[tuple[float, int]] = []
+    for (_, before), (committed, after) in itertools.pairwise(batches):
+        for tp, end in after.items():
+            start = before.get(tp, end)
+            latencies.extend((max(0.0, committed - release.committed_at), 1)
+                             for release in releases.get(tp, ()) if start < release.offset <= end)
+    return latencies
 
 
 def quantiles(latencies: Sequence[tuple[float, int]]) -> tuple[float, float] | None:

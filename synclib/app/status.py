@@ -6,6 +6,8 @@ log read to its end, or the groups' committed offsets with `remote_offsets: grou
 high watermark, the lag (high watermark - follower offset), the partition state and how old
 the leader's newest commit is (from its `orig_message_ts`; unknown with `remote_offsets:
 group`, whose offsets carry no time). All offsets are next offsets, as everywhere in synclib.
+And the gate latency of the table's last `RECENT_BATCHES` commits: from each leader commit (the
+commit-log record's time) to the Delta commit holding its offsets (`synclib.app.gate_latency`).
 
 The embedded default starts its broker on a random port; a running embedded job advertises
 it in `<checkpoint>/synclib/embedded-broker.json` (see `advertise_embedded_broker`), which
@@ -24,7 +26,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,14 +34,15 @@ from kafka.errors import KafkaError
 
 from synclib import spark_checkpoint
 from synclib.app.command_line import config_parser, exit_on_config_error
+from synclib.app.gate_latency import describe, quantiles, table_latencies
 from synclib.app.preflight import KafkaUnavailable, StorageUnavailable, check_job_kafka, check_storage
 from synclib.app.progress import table
 from synclib.delta.dead_letter_table import dead_letter_counts
-from synclib.delta.table import table_summary
+from synclib.delta.table import open_table, recent_batches, table_summary
 from synclib.kafka.admin import KafkaMetadata
 from synclib.leader.follower import CommitLogFollower
 from synclib.leader.group_poller import GroupOffsetsPoller
-from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
+from synclib.leader.tracker import Release, RemoteOffsetsError, RemoteOffsetsTracker
 from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
 from synclib.settings import ForwarderConfig, SourceOptions, load_config
@@ -53,6 +56,7 @@ from synclib.source.status import (
 
 EXIT_OK, EXIT_UNAVAILABLE = 0, 1  # and command_line.EXIT_CONFIG, 2
 DEFAULT_TIMEOUT_S = 30.0
+RECENT_BATCHES = 32  # the table's newest commits the gate latency is measured over
 
 
 class StatusError(RuntimeError):
@@ -131,6 +135,8 @@ class StatusReport:
     partitions: tuple[PartitionStatus, ...]
     # With sink.dead_letters: the dead-letter table and its rows per topic ({} before the first).
     dead_letters: tuple[str, dict[str, int]] | None = None
+    # p50 and p99 seconds over the table's last RECENT_BATCHES commits; None without a measure.
+    gate_latency: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         letters = self.dead_letters
@@ -138,7 +144,9 @@ class StatusReport:
                 "remote_offsets": self.remote_offsets, "commit_log_topic": self.commit_log_topic,
                 "groups": list(self.groups), "table": None if self.table is None else asdict(self.table),
                 "partitions": [p.to_json() for p in self.partitions],
-                "dead_letters": None if letters is None else {"path": letters[0], "by_topic": letters[1]}}
+                "dead_letters": None if letters is None else {"path": letters[0], "by_topic": letters[1]},
+                "gate_latency": None if self.gate_latency is None else {
+                    "batches": RECENT_BATCHES, "p50_s": self.gate_latency[0], "p99_s": self.gate_latency[1]}}
 
 
 def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> StatusReport:
@@ -150,7 +158,7 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     follower = (summary.offsets if summary is not None else None) or {}
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
     try:
-        commits = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
+        commits, releases = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
         partitions = sorted(set(metadata.partitions()) | set(follower))
         # A partition known only from the table whose topic is gone has no high watermark.
         high_watermarks = metadata.high_watermarks(tp for tp in partitions if tp[0] in metadata.topic_ids)
@@ -166,10 +174,17 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
                          for tp in partitions),
         dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
         if config.sink.dead_letters.enabled else None,
+        gate_latency=_gate_latency(config.sink.path, releases) if summary is not None else None,
     )
 
 
-def _leader_commits(options: SourceOptions, timeout_s: float) -> LeaderCommits:
+def _gate_latency(path: str, releases: Mapping[TopicPartitionKey, Sequence[Release]]) -> tuple[float, float] | None:
+    table = open_table(path)
+    return None if table is None else quantiles(table_latencies(recent_batches(table, RECENT_BATCHES), releases))
+
+
+def _leader_commits(options: SourceOptions, timeout_s: float
+                    ) -> tuple[LeaderCommits, dict[TopicPartitionKey, list[Release]]]:
     tracker: RemoteOffsetsTracker
     if options.remote_offsets == "group":
         tracker = GroupOffsetsPoller(options.commit_groups, options.client_config,
@@ -181,7 +196,7 @@ def _leader_commits(options: SourceOptions, timeout_s: float) -> LeaderCommits:
         try:
             if not tracker.wait_until_caught_up(timeout_s):
                 raise StatusError(f"{tracker.description} did not catch up within {timeout_s:g}s")
-            return tracker.commits()
+            return tracker.commits(), tracker.releases()
         except RemoteOffsetsError as exc:
             raise StatusError(str(exc)) from None
 
@@ -218,6 +233,9 @@ def format_status(report: StatusReport) -> str:
         path, by_topic = report.dead_letters
         lines.append(f"dead letters in {path}: {sum(by_topic.values())}"
                      + "".join(f", {n} of topic {t}" for t, n in by_topic.items()))
+    if report.gate_latency is not None:
+        lines.append(f"{describe(report.gate_latency)} over the table's last {RECENT_BATCHES} commits "
+                     "(from the leader's commit to the Delta commit holding it)")
     return "\n".join([*lines, table(headers, rows) if rows else "no partitions"])
 
 

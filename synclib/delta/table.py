@@ -129,6 +129,17 @@ def latest_synclib_commit(table: DeltaTable, app_id: str | None = None,
     return None
 
 
+def recent_batches(table: DeltaTable, limit: int) -> list[tuple[float, PartitionOffsets]]:
+    """The synclib commits among the table's newest `limit` commits, oldest first: when each was
+    committed (seconds since the epoch) and the Kafka offsets it holds up to."""
+    batches = []
+    for commit in table.history(limit):
+        offsets = parse_offsets(synclib_metadata(commit))
+        if offsets is not None and commit.get("timestamp") is not None:
+            batches.append((int(commit["version"]), int(commit["timestamp"]) / 1000, offsets))
+    return [(committed, offsets) for _, committed, offsets in sorted(batches, key=lambda batch: batch[0])]
+
+
 def latest_metadata(table: DeltaTable) -> dict[str, Any] | None:
     """The newest synclib commit's `synclib.*` metadata; None when the table has none."""
     commit = latest_synclib_commit(table)

@@ -127,6 +127,11 @@ class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
                 self._lock.wait(remaining)
             return self._release_generation
 
+    def releases(self) -> dict[TopicPartitionKey, list[Release]]:
+        """The releases kept per partition, oldest first (a copy; the last `RELEASES_KEPT` not taken)."""
+        with self._lock:
+            return {tp: list(kept) for tp, kept in self._releases.items()}
+
     def take_releases(self, start: Mapping[TopicPartitionKey, int],
                       end: Mapping[TopicPartitionKey, int]) -> list[Release]:
         """The releases a micro-batch from `start` to `end` forwards (offset in `(start, end]`), removed

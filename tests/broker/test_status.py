@@ -168,8 +168,11 @@ def test_status_of_the_running_embedded_default(tmp_path):
                  "--set", f"monitoring.metrics_port={free_port()}"]  # tests may run in parallel (pytest -n)
     job = start_forwarder(ROOT / "conf" / "local.yaml", tmp_path / "forwarder.log", *overrides)
     try:
-        wait_until(lambda: job.poll() is not None or table_summary(str(tmp_path / "events")) is not None,
-                   timeout_s=300, what="the embedded forwarder's first Delta commit", interval_s=1)
+        def third_batch() -> bool:
+            summary = table_summary(str(tmp_path / "events"))
+            return job.poll() is not None or (summary is not None and (summary.batch_id or 0) >= 2)
+
+        wait_until(third_batch, timeout_s=300, what="the embedded forwarder's third Delta commit", interval_s=1)
         assert job.poll() is None, (tmp_path / "forwarder.log").read_text()[-5000:]
 
         run = run_status("--config", "conf/local.yaml", *overrides, "--json")
@@ -183,6 +186,8 @@ def test_status_of_the_running_embedded_default(tmp_path):
             assert p["follower_offset"] is not None and p["leader_offset"] is not None
             assert p["high_watermark"] >= p["leader_offset"] and p["lag"] >= 0
             assert p["seconds_since_leader_commit"] is not None
+        latency = report["gate_latency"]  # batches 1 and 2 each released the leader's commits since the last
+        assert latency["batches"] == status.RECENT_BATCHES and 0 <= latency["p50_s"] <= latency["p99_s"]
     finally:
         job.send_signal(signal.SIGTERM)
         try:

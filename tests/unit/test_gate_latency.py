@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from synclib.app.gate_latency import GateLatency, batch_latencies, committed_at, describe, quantiles
+from synclib.app.gate_latency import GateLatency, batch_latencies, committed_at, describe, quantiles, table_latencies
+from synclib.leader.tracker import Release
 from synclib.source.status import PlannedBatch, PlannerStatus
 
 # 2026-01-01T10:00:00Z
@@ -57,3 +58,15 @@ def test_quantiles_weigh_each_observation_by_its_count():
     assert quantiles([]) is None
     assert describe((0.214, 0.38)) == "gate latency p50 0.21 s, p99 0.38 s"
     assert describe(None) == ""
+
+
+def test_the_tables_latencies_pair_each_commit_with_the_releases_it_holds():
+    releases = {("e", 0): [Release(3, 100.0), Release(5, 101.0), Release(9, 102.5)],
+                ("e", 1): [Release(2, 101.5)]}
+    batches = [(100.5, {("e", 0): 3}), (101.4, {("e", 0): 5, ("e", 1): 0}), (103.0, {("e", 0): 9, ("e", 1): 2})]
+
+    latencies = table_latencies(batches, releases)
+
+    # the first commit only bounds the second: what it released (offset 3) is not counted
+    assert sorted(latencies) == [(pytest.approx(0.4), 1), (pytest.approx(0.5), 1), (pytest.approx(1.5), 1)]
+    assert table_latencies(batches[:1], releases) == []
