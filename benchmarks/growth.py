@@ -62,9 +62,11 @@ from benchmarks import jvm
 from benchmarks.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
+from synclib.delta.commits import commit_metadata
 from synclib.delta.parquet import ParquetPart
+from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
+from synclib.delta.writer import DeltaStreamWriter, arrow_schema
 from synclib.settings.job import MaintenanceConfig, TriggerConfig
 from synclib.settings.storage import S3Config
 

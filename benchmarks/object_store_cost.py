@@ -94,7 +94,7 @@ def cost_per_day(batch: Mapping[str, Mapping[str, float]], idle_per_s: Mapping[s
 def _pass_function(spark: Any, config: ForwarderConfig) -> Callable[[], PassReport]:
     """One maintenance pass as the job runs it for the config's engine."""
     from synclib.delta import maintenance, spark_maintenance
-    from synclib.delta.writer import resolve_engine
+    from synclib.delta.engine import resolve_engine
     from synclib.settings.values import DELTA_SPARK
 
     options = config.sink.maintenance

@@ -39,8 +39,8 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_STORAGE
     # Here: pyspark, deltalake and the sink load only once the configuration and storage are checked.
     from synclib.app.session import job_session
+    from synclib.delta.engine import resolve_engine
     from synclib.delta.replay import dead_letters, replay
-    from synclib.delta.writer import resolve_engine
 
     spark = job_session(config, "synclib-dead-letters")
     sink = config.sink

@@ -31,8 +31,9 @@ from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.delta.engine import resolve_engine
+from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
-from synclib.delta.writer import DeltaStream, resolve_engine, start_delta_stream
 from synclib.embedded.default_world import EmbeddedWorld
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark import StorageLevel
@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
-from synclib.delta.batch_writes import DeltaBatchSink, DeltaTarget
+from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.isolation import (
     MESSAGE_CHARS,
     Error,
@@ -61,17 +61,11 @@ from synclib.delta.isolation import (
     error_of,
     isolate,
 )
+from synclib.delta.stream import BatchSink, DeltaStream, start_delta_stream, utc_date
 from synclib.delta.table import DATE_COLUMN
-from synclib.delta.writer import (
-    DeltaStream,
-    check_table_layout,
-    fit_delta_to_local_master,
-    resolve_engine,
-    utc_date,
-)
+from synclib.errors import first_line
 from synclib.locations import normalize_location
 from synclib.offsets import OffsetRange
-from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
 
@@ -237,14 +231,14 @@ class DeadLetterBatches:
                 raise failure
             return len(keys), keys, []
         logger.warning("the transform fails on the batch (%s: %s); isolating the rows it fails on",
-                       everything[0], everything[1].splitlines()[0] if everything[1] else "")
+                       everything[0], first_line(everything[1]))
         try:
             poison = isolate(keys, lambda ranges: self._evaluate(raw, ranges), self.limits.max_rows, everything)
         except TooManyFailures as exc:
             raise DeadLetterLimitExceeded(
                 f"more than sink.dead_letters.max_rows ({exc.limit}) rows of the batch covering "
                 f"{describe(keys)} fail the transform, e.g. at {_where(exc.found[0])}: "
-                f"{exc.found[0].error_class}: {_first_line(exc.found[0].message)}") from None
+                f"{exc.found[0].error_class}: {first_line(exc.found[0].message)}") from None
         return len(keys), keys, poison
 
     def _evaluate(self, raw: DataFrame, ranges: Sequence[OffsetRange] | None) -> Error | None:
@@ -270,7 +264,7 @@ class DeadLetterBatches:
         if failed == 0 or (failed <= self.limits.max_fraction * rows and failed <= self.limits.max_rows):
             return
         example = f", e.g. at {_where(examples[0])}: {examples[0].error_class}: " \
-                  f"{_first_line(examples[0].message)}" if examples else ""
+                  f"{first_line(examples[0].message)}" if examples else ""
         covers = describe(keys) if keys else "its offsets (see the line below)"
         raise DeadLetterLimitExceeded(
             f"batch {batch_id}: {failed} of {rows} rows fail the transform, more than "
@@ -333,18 +327,12 @@ def _where(failure: Failure) -> str:
     return f"{failure.topic}[{failure.partition}] offset {failure.offset}"
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream: DeltaStream, *,
                             dead_letters_path: str, error_column: str | None, limits: Limits,
                             source_rows: SourceRows) -> tuple[StreamingQuery, DeadLetterBatches]:
     """Start the streaming `raw` (the source's rows) through `transform` into the Delta table of
     `stream`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
     reads a micro-batch's rows of `raw` again (see the module docstring)."""
-    spark = raw.sparkSession
-    chosen = resolve_engine(spark, stream.engine)
     transformed = transform(raw) if transform is not None else raw
     if error_column is not None:
         missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
@@ -352,19 +340,14 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream:
             raise ValueError(f"sink.dead_letters.error_column {error_column!r}: the transform's output "
                              f"must have it{' and ' + ', '.join(missing) if missing else ''} "
                              "(rows it rejects are traced to their Kafka offsets)")
-    columns = stream.partition_columns([c for c in transformed.columns if c != error_column])
     dead_path = normalize_location(dead_letters_path)
-    main = DeltaTarget(chosen, stream.table_path, stream.checkpoint, tuple(columns), stream.log_checkpoints,
-                       stream.run_id)
-    dead = DeltaTarget(chosen, dead_path, stream.checkpoint, (), True, stream.run_id)
-    batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, stream.partition_by_date)
-    streamed = batches.streamed(raw)
-    if chosen == DELTA_SPARK:
-        fit_delta_to_local_master(spark)
-    else:
-        check_table_layout(stream.table_path, batches.kept(streamed).schema, columns)
-        check_table_layout(dead_path, SCHEMA, ())
-        spark.dataSource.register(DeltaBatchSink)
-    logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", stream.table_path,
-                chosen, columns or "nothing", dead_path, stream.checkpoint)
-    return stream.writer(streamed).foreachBatch(batches).start(), batches
+    made: list[DeadLetterBatches] = []
+
+    def batches(main: DeltaTarget) -> DeadLetterBatches:
+        dead = replace(main, path=dead_path, partition_by=(), log_checkpoints=True)
+        made.append(DeadLetterBatches(main, dead, transform, error_column, limits, source_rows,
+                                      stream.partition_by_date))
+        return made[-1]
+
+    sink = BatchSink(batches, {dead_path: SCHEMA}, () if error_column is None else (error_column,))
+    return start_delta_stream(transformed, stream, sink=sink), made[-1]

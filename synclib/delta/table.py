@@ -1,6 +1,6 @@
 """What a synclib Delta table holds, read from its log with delta-rs (no Spark needed).
 
-Every synclib commit carries `synclib.*` metadata (see `synclib.delta.writer`): top-level commit
+Every synclib commit carries `synclib.*` metadata (`synclib.delta.commits`): top-level commit
 info when written by delta-rs, JSON in `userMetadata` when written by delta-spark. The
 newest one says which Kafka offsets the table holds, so the job can resume from it and
 the status command can report it without starting Spark.

@@ -17,8 +17,8 @@ from deltalake import CommitProperties, write_deltalake
 from benchmarks.object_store import S3Server
 from synclib.app import status
 from synclib.app.command_line import EXIT_CONFIG
+from synclib.delta.commits import commit_metadata
 from synclib.delta.table import table_summary
-from synclib.delta.writer import commit_metadata
 from synclib.embedded.broker import free_port
 from synclib.settings import load_config
 from synclib.settings.storage import S3Config

@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
-from synclib.delta.writer import delta_spark_available
+from synclib.delta.engine import delta_spark_available
 
 
 def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> None:

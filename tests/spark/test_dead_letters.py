@@ -22,8 +22,8 @@ from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
 from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.delta.replay import replay
+from synclib.delta.stream import DeltaStream
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import DeltaStream
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
 from tests.support import publish_commit

@@ -33,7 +33,9 @@ SPARK = ("pyspark", "py4j")
 SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
-    "synclib.source.datasource", "synclib.delta.writer",
+    "synclib.source.datasource",
+    "synclib.delta.writer", "synclib.delta.spark_writer",  # the delta-rs and the delta-spark writer
+    "synclib.delta.engine", "synclib.delta.stream",  # choosing the writer, starting the stream
     "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.app.session",  # the job's Spark session
