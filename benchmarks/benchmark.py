@@ -58,7 +58,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, object_store_cost, report, spark_floor
+from benchmarks import floor, object_store_cost, records, report, spark_floor
 from benchmarks.cluster import Cluster
 from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
@@ -123,6 +123,9 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--standalone-memory", default="1g",
                         help="memory per worker, all of it its executor's heap (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
+    parser.add_argument("--record", metavar="NAME", help="add the run's latency and floor figures to "
+                        "benchmarks/results/NAME.json, which the docs' tables are rendered from "
+                        "(benchmarks/records.py)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--object-store", action="store_true", help="run only the object-store phase instead "
@@ -428,6 +431,8 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         elif len(args.partition_axis) == 1:
             results = run(spark, args, save, roots)
             report.print_report(results)
+            if args.record:
+                print(f"recorded in {records.record(args.record, recorded_command(argv), results)}")
         else:
             results = {"partitions_axis": {}}
             for count, one in axis_arguments(args):
@@ -440,6 +445,18 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         save(results)
     print(f"results: {output}")
     return 0
+
+
+def recorded_command(argv: Sequence[str] | None) -> str:
+    """The command as a record names it: without where its outputs went."""
+    given, kept = list(sys.argv[1:] if argv is None else argv), []
+    while given:
+        option = given.pop(0)
+        if option in ("--record", "--output", "--workdir"):
+            given[:1] = []
+        elif not option.startswith(("--record=", "--output=", "--workdir=")):
+            kept.append(option)
+    return " ".join(["./spark-submit.sh jobs/benchmark.py", *kept])
 
 
 def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:

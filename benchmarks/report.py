@@ -218,9 +218,9 @@ def floor_line(floor: Mapping[str, Any]) -> str:
         return f"failed: {floor['error']}"
     one, idle = floor.get("one_row_ms") or {}, floor.get("idle_ms") or {}
     latency = floor.get("latency") or {}
-    wait, batch = floor.get("wait_for_batch_s") or {}, floor.get("batch_start_to_table_s") or {}
+    wait, batch = floor.get("until_planned_s") or {}, floor.get("planned_to_table_s") or {}
     parts = [f"one-row latency p50 {_cell(latency.get('p50_s'), '.3f')} / p99 {_cell(latency.get('p99_s'), '.3f')} s"
-             f" = wait for the batch (p50 {_cell(wait.get('p50'), '.3f')} s) + batch start to table "
+             f" = until the batch is planned (p50 {_cell(wait.get('p50'), '.3f')} s) + planned to table "
              f"(p50 {_cell(batch.get('p50'), '.3f')} s)",
              "one-row batch ms " + ", ".join(f"{k} {v:.0f}" for k, v in one.items()),
              f"batches carrying the steps {floor.get('step_rows')} rows, ms "
