@@ -16,3 +16,14 @@ def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> 
     assert py4j_compat.class_loadable(jvm, "java.lang.String")
     assert not py4j_compat.class_loadable(jvm, "org.example.NotOnTheClasspath")
     assert delta_spark_available(spark) is py4j_compat.class_loadable(jvm, "io.delta.tables.DeltaTable")
+
+
+def test_a_jvm_error_is_named_by_its_java_class_and_message(spark: SparkSession) -> None:
+    jvm = spark_compat.jvm(spark, "nothing (test)")
+    assert jvm is not None
+    try:
+        jvm.java.lang.Integer.parseInt("x")
+    except Exception as exc:  # noqa: BLE001 - py4j's Py4JJavaError, whose first line names only the call
+        assert py4j_compat.java_error(exc) == 'java.lang.NumberFormatException: For input string: "x"'
+    else:
+        raise AssertionError("parseInt('x') did not fail")
