@@ -19,11 +19,14 @@ def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> 
 
 
 def test_a_jvm_error_is_named_by_its_java_class_and_message(spark: SparkSession) -> None:
+    """A JVM exception PySpark does not convert (as Delta's commit conflicts) is py4j's Py4JJavaError,
+    whose first line names only the call (`An error occurred while calling ...`)."""
     jvm = spark_compat.jvm(spark, "nothing (test)")
     assert jvm is not None
     try:
-        jvm.java.lang.Integer.parseInt("x")
-    except Exception as exc:  # noqa: BLE001 - py4j's Py4JJavaError, whose first line names only the call
-        assert py4j_compat.java_error(exc) == 'java.lang.NumberFormatException: For input string: "x"'
+        jvm.java.lang.Class.forName("org.example.NotOnTheClasspath")
+    except Exception as exc:  # noqa: BLE001 - what py4j raises is the subject
+        assert str(exc).startswith("An error occurred while calling")
+        assert py4j_compat.java_error(exc) == "java.lang.ClassNotFoundException: org.example.NotOnTheClasspath"
     else:
-        raise AssertionError("parseInt('x') did not fail")
+        raise AssertionError("Class.forName found a class that is not there")
