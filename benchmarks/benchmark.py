@@ -64,6 +64,7 @@ from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
+from synclib.logs import configure_logging
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.settings.kafka import kafka_client_config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK, LEADER, PROCESSING_TIME, parse_duration
@@ -381,9 +382,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
     """Run the benchmark; `default_config` is the forwarder YAML used without --config (the job
     passes the repository's conf/local.yaml: spark-submit may import synclib from a zip)."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(max(logging.ERROR, logging.getLevelName(args.log_level)))
+    configure_logging(args.log_level, clients_at_least=logging.ERROR)
     if args.growth:
         from benchmarks import growth
 

@@ -20,7 +20,6 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app import direct_source
-from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.gate_latency import GateLatency
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
@@ -29,12 +28,14 @@ from synclib.app.session import job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.delta import maintenance, spark_maintenance
-from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
 from synclib.delta.engine import resolve_engine
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
 from synclib.embedded.default_world import EmbeddedWorld
+from synclib.exit_codes import ExitCode
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
@@ -46,8 +47,6 @@ from synclib.spark_checkpoint import RunMarker, start_run, superseded
 
 logger = logging.getLogger("synclib.forwarder")
 
-EXIT_OK, EXIT_FAILED = 0, 1
-EXIT_SUPERSEDED = 5  # another run of the job took the checkpoint over (the newest run wins)
 GRACEFUL_STOP_TIMEOUT_S = 120.0
 QUERY_NAME = "synclib_forwarder"
 
@@ -80,7 +79,7 @@ class Forwarder:
             if self.config.kafka.embedded:
                 assert self.config.embedded is not None
                 bootstrap = resources.enter_context(embedded_world(self.config)).bootstrap_servers
-                # `python -m synclib status` finds the embedded broker there
+                # `synclib status` finds the embedded broker there
                 resources.enter_context(advertise_embedded_broker(self.config.checkpoint.location, bootstrap))
                 run_for = self.config.embedded.run_for
             status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
@@ -177,13 +176,13 @@ class Forwarder:
             taken_over = superseded(self.config.checkpoint.location, self.run_marker.run_id)
             if taken_over is not None:  # the planner or the sink stopped it: that is the one line to say
                 print(f"forwarder: {taken_over}", file=sys.stderr, flush=True)
-                return EXIT_SUPERSEDED
+                return ExitCode.SUPERSEDED
             print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
                   file=sys.stderr, flush=True)
             failed = failed_batch(exc)
             if failed:
                 print(f"forwarder: the failed micro-batch covers {failed}", file=sys.stderr, flush=True)
-            return EXIT_FAILED
+            return ExitCode.FAILED
         self._report(query, reporter, status_path)
         headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
                     f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
@@ -245,7 +244,7 @@ class Forwarder:
         path = self.config.sink.path
         print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
                              self.config.logging.partition_table_rows), flush=True)
-        return EXIT_OK
+        return ExitCode.OK
 
 
 def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:

@@ -162,11 +162,19 @@ def read_table_offsets(path: str) -> PartitionOffsets | None:
 
 @dataclass(frozen=True)
 class TableSummary:
+    """A table's latest version, its rows and the synclib batch it holds: the job's summary and
+    the status command's `table`."""
+
+    path: str
     version: int
     rows: int | None  # from the files' stats; None when a file has none
     app_id: str | None
     batch_id: int | None
     offsets: PartitionOffsets | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The status command's `table` in its JSON."""
+        return {"path": self.path, "version": self.version, "rows": self.rows, "batch_id": self.batch_id}
 
 
 def table_summary(path: str) -> TableSummary | None:
@@ -178,6 +186,6 @@ def table_summary(path: str) -> TableSummary | None:
     rows = None if records.null_count else int(pc.sum(records).as_py() or 0)
     metadata = latest_metadata(table) or {}
     batch_id = metadata.get(META_BATCH_ID)
-    return TableSummary(version=table.version(), rows=rows, app_id=metadata.get(META_APP_ID),
+    return TableSummary(path=path, version=table.version(), rows=rows, app_id=metadata.get(META_APP_ID),
                         batch_id=None if batch_id is None else int(batch_id),
                         offsets=parse_offsets(metadata))

@@ -67,7 +67,7 @@ class MaintenanceConfig(Section):
 
 class DeadLettersConfig(Section):
     """`sink.dead_letters`: rows the transform rejects or raises on go to a second Delta table
-    instead of failing their micro-batch (`synclib.delta.dead_letters`). Off by default."""
+    instead of failing their micro-batch (`synclib.dead_letters.sink`). Off by default."""
 
     enabled: Boolean = False
     """Rows the transform rejects or raises on go to a dead-letter table instead of failing their

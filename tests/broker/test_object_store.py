@@ -24,9 +24,9 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.object_store import S3Server
-from synclib.app.preflight import EXIT_STORAGE
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
+from synclib.exit_codes import ExitCode
 from synclib.locations import s3_filesystem
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
@@ -130,6 +130,6 @@ def test_the_dead_letter_commands_check_the_locations_before_spark_starts(s3_ser
     listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(path), "list"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
-    assert listed.returncode == EXIT_STORAGE, listed.stderr[-2000:]
+    assert listed.returncode == ExitCode.STORAGE, listed.stderr[-2000:]
     assert listed.stderr.startswith("dead_letters: cannot list s3://") and listed.stderr.count("\n") == 1, listed.stderr
     assert "check storage.s3.access_key_id" in listed.stderr and "not-the-secret" not in listed.stderr

@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from benchmarks.job_files import delta_batches, verify_table
 from benchmarks.job_world import KafkaWorld
 from benchmarks.object_store import S3Server
-from synclib.app.forwarder import EXIT_SUPERSEDED
 from synclib.delta.table import read_arrow
+from synclib.exit_codes import ExitCode
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.e2e.test_faults import finished, run_job, stopped, world  # noqa: F401 (world: a fixture)
 from tests.support import wait_until
@@ -46,7 +46,7 @@ def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
     assert first.returncode is None, first.tail()
 
     second = run_job(tmp_path, config, "second")
-    output = finished(first, EXIT_SUPERSEDED)
+    output = finished(first, ExitCode.SUPERSEDED)
     marker: dict[str, Any] = json.loads((stored / "checkpoint" / "synclib" / "run").read_text())
     lines = [line for line in output.splitlines() if line.startswith("forwarder: ")]
     assert len(lines) == 1, output[-6000:]

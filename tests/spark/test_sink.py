@@ -295,7 +295,7 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     assert all(add["partitionValues"] == {} and add["size"] > 0 for add in log["add"])
     assert parquet_files(stream.table) == table_files(stream.table)
     assert table_summary(stream.table) == TableSummary(
-        version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
+        path=stream.table, version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
 
 
 @on_s3

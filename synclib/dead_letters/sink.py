@@ -1,5 +1,4 @@
-"""Dead letters: rows the transform rejects or raises on go to a second Delta table, so one
-poison event does not stop the forwarder.
+"""The dead-letter sink: the main table and the dead-letter table written from `foreachBatch`.
 
 With `sink.dead_letters.enabled` the job writes through `foreachBatch` (both engines). The
 transform runs in the streaming plan, as without dead letters, so `foreachBatch` receives each
@@ -13,7 +12,7 @@ micro-batch transformed, and a batch with nothing to divert costs one write:
    read of the source by the offsets Spark logged for the batch). If the write failed, the
    transform is evaluated on them with Spark's `noop` writer (nothing written): all of them
    first (success means the failure was not the transform's, and it is raised as it was),
-   then halves, down to single rows (`synclib.delta.isolation`). The rows it raises on are
+   then halves, down to single rows (`synclib.dead_letters.isolation`). The rows it raises on are
    poison; the others go to the main table in one commit.
 3. The dead letters (rejected and poison rows: source columns, error class and message,
    batch id, app id, time) go to the dead-letter table in one commit carrying the same
@@ -50,8 +49,7 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
-from synclib.delta.batch_writes import DeltaTarget
-from synclib.delta.isolation import (
+from synclib.dead_letters.isolation import (
     MESSAGE_CHARS,
     Error,
     Failure,
@@ -61,6 +59,7 @@ from synclib.delta.isolation import (
     error_of,
     isolate,
 )
+from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.stream import BatchSink, DeltaStream, start_delta_stream, utc_date
 from synclib.delta.table import DATE_COLUMN
 from synclib.errors import first_line
