@@ -357,9 +357,10 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             # Spark plans a batch only once the previous one is committed, so everything below
             # `start` is durable in the sink (Spark's own commit(end) comes a batch later).
             planner.publisher.publish(start_offsets)
+        seen = planner.remote.release_generation()  # before planning: a release from now on wakes the wait
         effective_start, end = self._plan(start_offsets, limit)
         if self.options.await_leader_commits and self._target is None:
-            effective_start, end = self._await_leader(start_offsets, limit, effective_start, end)
+            effective_start, end = self._await_leader(start_offsets, limit, seen, effective_start, end)
         if has_work(start_offsets, end):
             if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
                 check_run(self.options.run_checkpoint, self.options.run_id)
@@ -380,14 +381,15 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             end = limit_rows(effective_start, end, limit.max_rows)
         return effective_start, end
 
-    def _await_leader(self, start: PartitionOffsets, limit: ReadLimit | None, effective_start: PartitionOffsets,
-                      end: PartitionOffsets) -> tuple[PartitionOffsets, PartitionOffsets]:
+    def _await_leader(self, start: PartitionOffsets, limit: ReadLimit | None, seen: int,
+                      effective_start: PartitionOffsets, end: PartitionOffsets
+                      ) -> tuple[PartitionOffsets, PartitionOffsets]:
         """`awaitLeaderCommits`: with nothing to forward, wait (up to `LEADER_WAIT_S`) for a leader
-        commit that releases offsets; with something, not before `minBatchInterval` has passed since the
-        previous batch started. Each wake-up plans again (a broker round trip for the high watermarks)."""
+        commit that releases offsets (announced after generation `seen`); with something, not before
+        `minBatchInterval` has passed since the previous batch started. Each wake-up plans again (a
+        broker round trip for the high watermarks)."""
         remote = self.planner.remote
         deadline = time.monotonic() + LEADER_WAIT_S
-        seen = remote.release_generation()
         while not has_work(start, end):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
