@@ -38,9 +38,8 @@ from synclib.delta.table import TableSummary, open_table, recent_batches, table_
 from synclib.exit_codes import ExitCode
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.preflight import KafkaUnavailable
-from synclib.leader.follower import CommitLogFollower
-from synclib.leader.group_poller import GroupOffsetsPoller
-from synclib.leader.tracker import Release, RemoteOffsetsError, RemoteOffsetsTracker
+from synclib.leader.tracker import Release, RemoteOffsetsError
+from synclib.leader.trackers import remote_offsets_tracker
 from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
 from synclib.settings import ForwarderConfig, SourceOptions
@@ -161,13 +160,7 @@ def _gate_latency(path: str, releases: Mapping[TopicPartitionKey, Sequence[Relea
 
 def _leader_commits(options: SourceOptions, timeout_s: float
                     ) -> tuple[LeaderCommits, dict[TopicPartitionKey, list[Release]]]:
-    tracker: RemoteOffsetsTracker
-    if options.remote_offsets == "group":
-        tracker = GroupOffsetsPoller(options.commit_groups, options.client_config,
-                                     unreachable_timeout_s=None)
-    else:
-        tracker = CommitLogFollower(options.commit_log_topic or "", options.commit_groups,
-                                    options.client_config, unreachable_timeout_s=None)
+    tracker = remote_offsets_tracker(options, deadlines=False)
     with tracker:
         try:
             if not tracker.wait_until_caught_up(timeout_s):

@@ -38,10 +38,9 @@ from pyspark.sql.types import StructType
 from synclib.compat import pyspark as spark_compat
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, plan_tasks, read_partition
-from synclib.leader.follower import CommitLogFollower
-from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
-from synclib.leader.tracker import Release, RemoteOffsetsTracker
+from synclib.leader.tracker import Release
+from synclib.leader.trackers import remote_offsets_tracker
 from synclib.locations import read_text, write_text
 from synclib.offsets import (
     EARLIEST,
@@ -117,7 +116,7 @@ class _Planner:
         self._changes: list[tuple[TopicPartitionKey, SynchronizedPartitionState, SynchronizedPartitionState]] = []
         self._synchronized_once: set[TopicPartitionKey] = set()
         self.states = SynchronizedPartitionStateManager(self._note_state_change)
-        self.remote = _remote_offsets_tracker(options).start()
+        self.remote = remote_offsets_tracker(options).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
             logger.warning("%s not caught up after %.0fs; planning with what it has",
                            self.remote.description, FOLLOWER_CATCH_UP_TIMEOUT_S)
@@ -255,15 +254,6 @@ def _ignore_terminal_interrupts() -> None:
     The job decides how to stop (after the batch in flight); this process ignores SIGINT."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
-    if options.remote_offsets == "group":
-        return GroupOffsetsPoller(options.commit_groups, options.client_config,
-                                  poll_interval_s=options.remote_poll_interval,
-                                  unreachable_timeout_s=options.commit_log_timeout)
-    return CommitLogFollower(options.commit_log_topic or "", options.commit_groups, options.client_config,
-                             unreachable_timeout_s=options.commit_log_timeout)
 
 
 def _named(partitions: Sequence[TopicPartitionKey]) -> str:
