@@ -1,4 +1,4 @@
-"""The planner's log records, relayed through the status file and logged again by the job."""
+"""The planner's log records (synclib/source/events.py), relayed through the status file and logged again by the job."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The status contract shared by the planner, the console output and the status command."""
+"""The status contract (synclib/source/status.py) shared by the planner, the console output and the status command."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""YAML config: the shipped files, --set overrides, ${ENV} expansion, one clear error per mistake."""
+"""The job's YAML file read into a `ForwarderConfig` (synclib/settings/loading.py, with the sections of
+synclib/settings/job.py): the shipped files, --set overrides, ${ENV} expansion, one clear error per mistake."""
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -455,3 +457,20 @@ def test_the_effective_configuration_is_a_line_per_section(tmp_path):
 def test_config_module_does_not_import_spark():
     code = "import sys, synclib.settings; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_settings_import_no_spark_and_no_higher_layer():
+    code = ("import sys, synclib.settings; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark' or m.split('.')[:2] in "
+            "(['synclib', 'leader'], ['synclib', 'source'], ['synclib', 'delta'], ['synclib', 'app'], "
+            "['synclib', 'embedded'])))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
+    path = tmp_path / "forwarder.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'k:9092'}\nsource: {subscribe: events, 1: x}\n"
+                    "sink: {path: x}\ncheckpoint: {location: c}\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: source.1: unknown key (known keys: assign, ")):
+        load_config(path)
