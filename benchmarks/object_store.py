@@ -24,7 +24,8 @@ from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this
 
 S3PROXY = "s3proxy"
 ACCESS_KEY_ID, SECRET_ACCESS_KEY, REGION = "synclib-test", "synclib-test-secret", "us-east-1"
-# S3Proxy's handler logs each request at DEBUG: "request: Request(GET)[/bucket/key?...]" or similar.
+# S3Proxy's handler logs each request at DEBUG, as Jetty prints it:
+# "request: ...ServletApiRequest@1a2b{...{GET@3c4d http://127.0.0.1:PORT/bucket/key?... HTTP/1.1}}}".
 _LOGBACK = """<configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">
     <file>{log}</file>
@@ -34,7 +35,7 @@ _LOGBACK = """<configuration>
   <root level="WARN"><appender-ref ref="FILE"/></root>
 </configuration>
 """
-_REQUEST = re.compile(r"request: Request\((?P<method>[A-Z]+) (?P<uri>\S+)\)")
+_REQUEST = re.compile(r"request: \S*\{(?P<method>[A-Z]+)@\w+ (?P<uri>\S+) HTTP/")
 
 SYNCLIB_DIR = "synclib"  # synclib's own files in a checkpoint (synclib.spark_checkpoint.synclib_file)
 DELTA_LOG = "delta log"
@@ -163,8 +164,10 @@ class S3Server:
         for part in (day, REGION, "s3", "aws4_request"):
             signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
         signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+        # A content type as every S3 client sends one: urllib's default (a form) has Jetty read the body as form fields.
         request = urllib.request.Request(f"{self.endpoint}{path}", data=body, method="PUT", headers={
-            **(headers or {}), "x-amz-date": stamp, "x-amz-content-sha256": digest,
+            **(headers or {}), "Content-Type": "application/octet-stream", "x-amz-date": stamp,
+            "x-amz-content-sha256": digest,
             "Authorization": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY_ID}/{scope}, SignedHeaders={signed}, "
                              f"Signature={signature}"})
         try:

@@ -56,7 +56,7 @@ from synclib.delta.table import (
     parse_offsets,
     synclib_metadata,
 )
-from synclib.locations import normalize_location
+from synclib.locations import hadoop_location, normalize_location
 from synclib.offsets import parse_offsets_json
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK, ENGINES, parse_bool
 
@@ -351,8 +351,9 @@ class DeltaStream:
         return [*self.partition_by, *([DATE_COLUMN] if self.partition_by_date else [])]
 
     def writer(self, df: DataFrame) -> DataStreamWriter:
-        """`df.writeStream` with the checkpoint location, and the trigger and query name when given."""
-        writer = df.writeStream.option("checkpointLocation", self.checkpoint)
+        """`df.writeStream` with the checkpoint location (`s3a://` for S3: `hadoop_location`), and the
+        trigger and query name when given."""
+        writer = df.writeStream.option("checkpointLocation", hadoop_location(self.checkpoint))
         if self.query_name:
             writer = writer.queryName(self.query_name)
         if self.trigger:
