@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.locations import normalize_location
+from synclib.locations import hadoop_location, normalize_location
 from synclib.settings import ConfigError, load_config
 from synclib.settings.storage import S3Config, is_s3
 
@@ -124,3 +124,11 @@ def test_s3a_locations_are_read_as_s3() -> None:
     assert normalize_location("s3a://bucket/checkpoint") == "s3://bucket/checkpoint"
     assert normalize_location("s3://bucket/table") == "s3://bucket/table"
     assert is_s3("s3a://b/x") and is_s3("S3://b/x") and not is_s3("gs://b/x") and not is_s3("/tmp/x")
+
+
+def test_spark_gets_an_s3_checkpoint_as_s3a() -> None:
+    """Hadoop's FileContext (Spark's checkpoint managers) binds S3A to `s3a://` only."""
+    assert hadoop_location("s3://bucket/checkpoint") == hadoop_location("s3a://bucket/checkpoint") == \
+        "s3a://bucket/checkpoint"
+    assert hadoop_location("gs://bucket/checkpoint") == "gs://bucket/checkpoint"
+    assert hadoop_location("relative/checkpoint") == normalize_location("relative/checkpoint")
