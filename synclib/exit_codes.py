@@ -32,8 +32,9 @@ MEANINGS = {
                     "missing; one line naming the broker, protocol and cause (see "
                     "[Kafka security](operations/security.md)); Spark's query was not started",
     ExitCode.STORAGE: "an `s3://`/`s3a://` location cannot be used: the server does not answer, refuses the "
-                      "credentials, or is plain HTTP without `allow_http`; one line naming the location and the "
-                      "setting (see [Object storage](operations/object-storage.md)); Spark was not started",
+                      "credentials, or is plain HTTP without `allow_http` (or `AWS_ALLOW_HTTP`); one line naming "
+                      "the location and the setting (see [Object storage](operations/object-storage.md)); Spark was "
+                      "not started",
     ExitCode.SUPERSEDED: "another run of the job started on the same checkpoint and took it over (the newest run "
                          "wins): one line naming the checkpoint and the other run (run id, host, pid, start time); "
                          "this run committed nothing after the other started. Do not retry it automatically: a "

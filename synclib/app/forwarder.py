@@ -24,7 +24,7 @@ from synclib.app.gate_latency import GateLatency
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
-from synclib.app.session import job_session
+from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
@@ -106,6 +106,10 @@ class Forwarder:
         this run's marker, so that a run still writing to the checkpoint stops at its next batch."""
         start_run(self.config.checkpoint.location, self.run_marker)
         logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
+        with checkpoint_manager(spark, self.config.checkpoint.location):
+            return self._start_query(spark, bootstrap, status_path)
+
+    def _start_query(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
         register(spark)
         options = self.source_options(bootstrap, status_path)
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()

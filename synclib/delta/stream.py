@@ -22,7 +22,7 @@ from synclib.delta.engine import fit_delta_to_local_master, resolve_engine
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
-from synclib.locations import normalize_location
+from synclib.locations import hadoop_location, normalize_location
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,9 @@ class DeltaStream:
         return [*self.partition_by, *([DATE_COLUMN] if self.partition_by_date else [])]
 
     def writer(self, df: DataFrame) -> DataStreamWriter:
-        """`df.writeStream` with the checkpoint location, and the trigger and query name when given."""
-        writer = df.writeStream.option("checkpointLocation", self.checkpoint)
+        """`df.writeStream` with the checkpoint location (`s3a://` for S3: `hadoop_location`), and the
+        trigger and query name when given."""
+        writer = df.writeStream.option("checkpointLocation", hadoop_location(self.checkpoint))
         if self.query_name:
             writer = writer.queryName(self.query_name)
         if self.trigger:
