@@ -28,7 +28,8 @@ from benchmarks.cluster import PartitionEnds
 from benchmarks.phases import Bench, DeltaLogWatcher, _percentile
 
 NO_DATA_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
-IDLE_S = 5.0  # idle time after the steps (at most steps x interval): CPU per second of idle triggers
+IDLE_S = 15.0  # idle time after the steps (at most steps x interval): CPU per second of idle triggers (5 s gave
+# a JVM figure 3x off in one run of two)
 
 
 def _start_time(progress: Mapping[str, Any]) -> float:
