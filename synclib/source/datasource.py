@@ -284,6 +284,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         self._planner: _Planner | None = None
         self._target: PartitionOffsets | None = None
         self._last_end: PartitionOffsets | None = None
+        self._initial: OffsetsJson | None = None
         self._batch_started_at = float("-inf")  # time.monotonic() when the last batch was planned
 
     def __getstate__(self) -> dict[str, Any]:
@@ -301,6 +302,13 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     # -- offsets ---------------------------------------------------------------------
 
     def initialOffset(self) -> OffsetsJson:
+        """The first batch's start: kept in `initialOffsetsFile` at the first start, read from there
+        once per query afterwards (Spark asks more than once; the file never changes)."""
+        if self._initial is None:
+            self._initial = self._kept_initial()
+        return self._initial
+
+    def _kept_initial(self) -> OffsetsJson:
         kept = self.options.initial_offsets_file
         stored = read_text(kept) if kept else None
         if kept and stored is not None:

@@ -43,6 +43,7 @@ from tests.forwarder_runs import (
     table_offsets,
     write_config,
 )
+from tests.readme_sample import missing_shapes
 from tests.support import produce, publish_commit, wait_until
 
 GROUP = "snuba-consumers"
@@ -233,13 +234,14 @@ def test_sigterm_to_spark_submit_stops_after_the_batch_in_flight_and_a_restart_c
 
 def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
         spark: SparkSession, tmp_path: Path) -> None:
+    """The README's first command (conf/local.yaml as it is, but run until Ctrl-C): it stops after
+    the batch in flight, every row once, and prints what the README's sample shows."""
     if not venv_is_prepared():
         pytest.skip(f"{sys.prefix} is not a venv prepared by spark-submit.sh for this pyproject.toml "
                     "(the script would install into it); run the tests with ./spark-submit.sh test")
     config = tmp_path / "embedded.yaml"
     settings = embedded_settings(tmp_path)
-    settings["embedded"].update(partitions=2, events_per_second=100, event_bytes=256,
-                                leader_lag="500ms", run_for=None)
+    settings["embedded"].update(run_for=None)
     config.write_text(yaml.safe_dump(settings))
     log = tmp_path / "job.log"
     with open(log, "w") as out:
@@ -252,7 +254,7 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
             cwd=ROOT, env={**os.environ, "SYNCLIB_VENV": sys.prefix}, stdout=out,
             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        wait_until(lambda: " batch 2:" in log.read_text(), RUN_TIMEOUT_S, "three batches")
+        wait_until(lambda: " batch 3:" in log.read_text(), RUN_TIMEOUT_S, "four batches")
         os.killpg(process.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
         returncode = process.wait(STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -263,6 +265,8 @@ def test_ctrl_c_on_the_entry_script_stops_the_embedded_default_gracefully(
     output = log.read_text()
     assert returncode == 0, output
     assert "forwarder stopped (SIGTERM received)" in output
+    assert not missing_shapes(output), f"README.md's sample output is not what the command prints: {output}"
+    assert "falling behind" not in output  # batches start on the leader's commits, not on a timer
     ends = {p: end for (_, p), end in table_offsets(settings["sink"]["path"]).items()}
     assert sum(ends.values()) > 0
     assert_positions(spark, settings["sink"]["path"], ends)
