@@ -136,7 +136,7 @@ class Forwarder:
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
             trigger={"availableNow": True} if trigger.available_now
             else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
-            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, run_id=self.run_marker.run_id)
+            query_name=QUERY_NAME, run_id=self.run_marker.run_id)  # the batch commits write the log checkpoints
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each
