@@ -264,12 +264,11 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                 view = store.behind(proxy.port)
                 delayed = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid,
                                 roots, store=view, bucket=view.bucket("delayed"))
-                results["object_store_request_delay_ms"] = args.request_delay_ms
             results["object_store"] = object_store_cost.run(
                 spark, bench, Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid,
                                     broker_pid, roots, **on_s3),
                 args.engines, args.cost_batches, args.cost_idle, args.floor_steps, args.floor_interval,
-                _attempt, lambda partial: save({**results, "object_store": partial}), delayed)
+                _attempt, lambda partial: save({**results, "object_store": partial}), delayed, args.request_delay_ms)
             results["environment"]["load_avg_end"] = os.getloadavg()
             return results
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},

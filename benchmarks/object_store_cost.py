@@ -234,11 +234,13 @@ def _storage_of(spark: Any, bench: Bench, then: Bench) -> Iterator[None]:
 
 def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: int, idle_s: float,
         floor_steps: int, floor_interval: float, attempt: Attempt,
-        save: Callable[[Mapping[str, Any]], None], delayed: Bench | None = None) -> dict[str, Any]:
+        save: Callable[[Mapping[str, Any]], None], delayed: Bench | None = None,
+        request_delay_ms: float = 0.0) -> dict[str, Any]:
     """Per engine: the request counts on S3 and the floor on local disk, on S3 and, with `delayed`
     (a bench whose server is reached through `benchmarks.delay_proxy`, in a bucket of its own: Spark's
     S3A clients are cached per bucket), on S3 at a real bucket's request time; each part through
-    `attempt` (a failure is reported, the other parts' numbers stay) and saved when done."""
+    `attempt` (a failure is reported, the other parts' numbers stay) and saved when done;
+    `request_delay_ms`: the proxy's delay, for the report."""
     def twice(what: str, part: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         """`part(suffix of its names)`, once more if it fails (on a loaded machine a Python worker
         can fail to connect back in time); the first failure is kept in the result."""
@@ -247,7 +249,7 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
             return first
         return {**attempt(f"{what}, again", lambda: part("-again")), "first_error": first["error"]}
 
-    results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}}
+    results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}, "request_delay_ms": request_delay_ms}
     for engine in engines:
         extra = [f"sink.engine={engine}"]
         result: dict[str, Any] = {"floor": {}}
@@ -316,6 +318,8 @@ def table(results: Mapping[str, Any]) -> list[str]:
                 notes.append(f"{engine} floor on {where}: {one['error']}")
                 continue
             ms = one.get("one_row_ms", {})
+            if where == DELAYED:
+                where = f"{where} {results.get('request_delay_ms', 0):g} ms"
             notes.append(f"{engine} floor on {where}: latency p50 {one['latency']['p50_s']:.3f} s, p99 "
                          f"{one['latency']['p99_s']:.3f} s; one-row batch durationMs median " +
                          ", ".join(f"{k} {v:g}" for k, v in ms.items()))
