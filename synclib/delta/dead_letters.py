@@ -66,6 +66,7 @@ from synclib.delta.writer import (
     DeltaStream,
     check_table_layout,
     fit_delta_to_local_master,
+    fit_delta_to_object_store,
     resolve_engine,
     utc_date,
 )
@@ -361,6 +362,7 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream:
     streamed = batches.streamed(raw)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
+        fit_delta_to_object_store(spark, stream.table_path)
     else:
         check_table_layout(stream.table_path, batches.kept(streamed).schema, columns)
         check_table_layout(dead_path, SCHEMA, ())
