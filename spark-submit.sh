@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # synclib entry point.
-#   ./spark-submit.sh [spark-submit options] [forwarder options]     the forwarder (default --config conf/local.yaml)
+#   ./spark-submit.sh [run] [spark-submit options] [forwarder options]  the forwarder (default --config conf/local.yaml)
+#   ./spark-submit.sh dead-letters [spark-submit options] {list,replay} --config FILE [...]  dead letters
 #   ./spark-submit.sh [spark-submit options] JOB.py [job options]    another job, e.g. jobs/benchmark.py
 #   ./spark-submit.sh status --config FILE [--json]                  per-partition status, no Spark
 #   ./spark-submit.sh maintain --config FILE                         one table maintenance pass, no Spark
@@ -8,6 +9,7 @@
 #   ./spark-submit.sh lint                                           ruff check . then mypy (pyproject.toml)
 #   ./spark-submit.sh docs [mkdocs build options]                    the documentation site into site/ (mkdocs.yml)
 #   ./spark-submit.sh --help                                         this help and the forwarder's options
+# run, status, maintain and dead-letters are the `synclib` command's subcommands (synclib/cli.py).
 # spark-submit's own options go to spark-submit; any other argument (before or after them) and
 # everything after JOB.py go to the job, which checks its options itself; spark-submit's own help is
 # `.venv/bin/spark-submit --help`.
@@ -81,6 +83,10 @@ case "${1:-}" in
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
   status|maintain)
     exec "$VENV/bin/python" -m synclib "$@" ;;
+  run)
+    shift ;;  # the forwarder: jobs/forwarder.py under spark-submit, below
+  dead-letters)
+    shift; command_job="$ROOT/jobs/dead_letters.py" ;;  # its options split as the forwarder's
   lint)
     "$VENV/bin/ruff" check . || exit 1; exec "$VENV/bin/mypy" ;;
   docs)
@@ -95,7 +101,7 @@ spark_valued=" --master --deploy-mode --class --name --jars --packages --exclude
 spark_valued+="--py-files --files --archives --conf -c --properties-file --driver-memory --driver-java-options "
 spark_valued+="--driver-library-path --driver-class-path --executor-memory --proxy-user --remote --driver-cores "
 spark_valued+="--kill --status --total-executor-cores --executor-cores --num-executors --principal --keytab --queue "
-spark_args=(); job=""; job_args=(); master=""; deploy_mode=""; py_files=""; jars=""
+spark_args=(); job="${command_job:-}"; job_args=(); master=""; deploy_mode=""; py_files=""; jars=""
 while [ $# -gt 0 ]; do
   name="${1%%=*}"
   if [[ "$1" == -* && "$spark_switches" == *" $1 "* ]]; then

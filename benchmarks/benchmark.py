@@ -58,28 +58,30 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, object_store_cost, report
+from benchmarks import floor, object_store_cost, records, report, spark_floor
 from benchmarks.cluster import Cluster
 from benchmarks.delay_proxy import DelayProxyProcess
 from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
-from synclib.settings import ConfigError, load_config
+from synclib.logs import configure_logging
+from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.settings.kafka import kafka_client_config
-from synclib.settings.values import DELTA_RS, DELTA_SPARK, parse_duration
+from synclib.settings.values import DELTA_RS, DELTA_SPARK, LEADER, PROCESSING_TIME, parse_duration
 
 LOCAL_BROKERS = ("embedded", "apache-kafka", "apache-kafka-3.9")
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "local.yaml")
 DEFAULT_OUTPUT = "benchmark-results.json"
+SPARK_BEST = "0ms"  # Spark's best trigger for latency: a processing-time trigger of 0
 
 
 def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=default_config, help="forwarder YAML (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a forwarder config key, e.g. --set trigger.processing_time=500ms")
+                        help="override a forwarder config key, e.g. --set trigger.min_interval=500ms")
     parser.add_argument("--bootstrap", help="benchmark this cluster instead of the config's (default: the "
                         "config's; 'embedded' starts the embedded broker, 'apache-kafka' a one-node Apache "
                         "Kafka 4 and 'apache-kafka-3.9' a Kafka 3.9, both from jvm/ivy.xml)")
@@ -104,12 +106,16 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--latency-interval", type=float, default=1.0, help="mean seconds between steps")
     parser.add_argument("--latency-rate", type=float, default=5000.0, help="events/s during the latency phase")
     parser.add_argument("--latency-triggers", default="",
-                        help="comma-separated triggers of the latency phase, e.g. 1s,500ms,250ms "
-                        "(default: the config's)")
+                        help="comma-separated triggers of the latency phase: leader (trigger.mode leader) or an "
+                        "interval (trigger.mode processing_time), e.g. leader,400ms (default: the config's)")
     parser.add_argument("--floor-steps", type=int, default=12,
                         help="one-row batches per trigger in the floor phase (0: skip)")
-    parser.add_argument("--floor-triggers", default="1s,500ms,250ms",
-                        help="comma-separated triggers of the floor phase (default: %(default)s)")
+    parser.add_argument("--floor-triggers", default="",
+                        help="comma-separated triggers of the floor phase, as --latency-triggers (default: the "
+                        "config's); beside them Spark's Kafka source into delta-rs at its best trigger (0)")
+    parser.add_argument("--spark-floor-seconds", type=float, default=30.0,
+                        help="Spark's own floor (benchmarks/spark_floor.py, rate source -> Parquet at trigger 0) "
+                        "this long after the floor phase (0: skip)")
     parser.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
     parser.add_argument("--standalone-workers", type=int, default=0, metavar="K",
                         help="start a Spark standalone cluster from PySpark's jars (a master and K workers on "
@@ -119,6 +125,9 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--standalone-memory", default="1g",
                         help="memory per worker, all of it its executor's heap (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
+    parser.add_argument("--record", metavar="NAME", help="add the run's latency and floor figures to "
+                        "benchmarks/results/NAME.json, which the docs' tables are rendered from "
+                        "(benchmarks/records.py)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--object-store", action="store_true", help="run only the object-store phase instead "
@@ -147,8 +156,11 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not args.engines or any(e not in (DELTA_RS, DELTA_SPARK) for e in args.engines):
         parser.error(f"--engines takes {DELTA_RS} and/or {DELTA_SPARK}")
-    args.latency_triggers = [t.strip() for t in args.latency_triggers.split(",") if t.strip()]
-    args.floor_triggers = [t.strip() for t in args.floor_triggers.split(",") if t.strip()]
+    try:
+        args.latency_triggers = [trigger_label(t) for t in args.latency_triggers.split(",") if t.strip()]
+        args.floor_triggers = [trigger_label(t) for t in args.floor_triggers.split(",") if t.strip()]
+    except ValueError as exc:
+        parser.error(f"--latency-triggers and --floor-triggers take 'leader' or intervals: {exc}")
     try:  # a bad --set or config stops here, in one line, before Spark starts
         load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -201,14 +213,28 @@ def _object_store(stack: ExitStack, spark: Any, workdir: str) -> S3Server:
     return store
 
 
-def _spark_trigger(trigger: str) -> str:
-    """'250ms' / '1s' as a processingTime interval."""
-    return f"{int(parse_duration(trigger) * 1000)} milliseconds"
-
-
 def _label(seconds: float) -> str:
     """A trigger interval as the benchmark names it: 1s, 500ms."""
     return f"{seconds:g}s" if seconds >= 1 and seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
+def trigger_label(text: str) -> str:
+    """`leader`, or an interval as `_label` names it ('0.25s' -> '250ms'); ValueError otherwise."""
+    text = text.strip()
+    return LEADER if text.lower() == LEADER else _label(parse_duration(text))
+
+
+def config_trigger(config: ForwarderConfig) -> str:
+    """The trigger a config runs, as `trigger_label` names it."""
+    trigger = config.trigger
+    return LEADER if trigger.mode != PROCESSING_TIME else _label(trigger.processing_time)
+
+
+def trigger_overrides(label: str) -> list[str]:
+    """The config overrides that run trigger `label`."""
+    if label == LEADER:
+        return [f"trigger.mode={LEADER}"]
+    return [f"trigger.mode={PROCESSING_TIME}", f"trigger.processing_time={label}"]
 
 
 def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -234,8 +260,8 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
     settings = Settings(args.partitions, args.messages, args.value_bytes, args.warmup, args.memory_messages,
                         args.memory_scale,
                         args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
-    trigger = _label(base.trigger.processing_time)
-    latency_triggers = [_label(parse_duration(t)) for t in args.latency_triggers] or [trigger]
+    trigger = config_trigger(base)
+    latency_triggers = args.latency_triggers or [trigger]
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     results: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "engines": args.engines,
                                             "trigger": trigger, "latency_triggers": latency_triggers},
@@ -272,7 +298,7 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             results["environment"]["load_avg_end"] = os.getloadavg()
             return results
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},
-                              bench.root, bench.local, base.trigger.processing_time, base.sink.partition_by_date,
+                              bench.root, bench.local, base.trigger.busiest_interval, base.sink.partition_by_date,
                               bench.usage)
         topic, ends = cluster.backlog("backlog", settings.messages, settings.value_bytes)
         warm = {p: max(1, int(end * settings.warmup)) for p, end in ends.items()}
@@ -303,7 +329,7 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                     f"forwarder {engine}",
                     lambda e=engine, x=extra, i=index: bench.throughput(topic, ends, f"run{i}-{e}", x))
             latencies = {t: _attempt(f"latency at {t}", lambda t=t, i=index: bench.latency(
-                f"run{i}-lat-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"]))
+                f"run{i}-lat-{t}", [*engine_sets[primary], *trigger_overrides(t)]))
                 for t in latency_triggers} if settings.latency_steps else {}
             forwarder = forwarders[primary]
             rate = forwarder.get("rows_per_s")
@@ -322,18 +348,24 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
         results["median"] = report.medians(runs)
         if args.floor_steps:
             results["floor"], results["floor_spark_kafka"] = {}, {}
-            for t in [_label(parse_duration(t)) for t in args.floor_triggers]:
+            for t in args.floor_triggers or [trigger]:
                 results["floor"][t] = _attempt(f"floor at {t}", lambda t=t: floor.floor(
-                    bench, f"floor-{t}", [*engine_sets[primary], f"trigger.processing_time={t}"],
+                    bench, f"floor-{t}", [*engine_sets[primary], *trigger_overrides(t)],
                     args.floor_steps, args.floor_interval))
                 print(f"batch floor at trigger {t}: {report.floor_line(results['floor'][t])}", flush=True)
-                if args.spark_kafka:  # the same sink behind Spark's Kafka source: what our source costs
-                    results["floor_spark_kafka"][t] = _attempt(f"Spark Kafka floor at {t}", lambda t=t: floor.floor(
-                        bench, f"floor-spark-kafka-{t}", [], args.floor_steps, args.floor_interval,
-                        peer=lambda topic, name: peer.live(topic, name, _spark_trigger(t))))
-                    print(f"Spark's Kafka source -> delta-rs, floor at trigger {t}: "
-                          f"{report.floor_line(results['floor_spark_kafka'][t])}", flush=True)
                 save(results)
+            if args.spark_kafka:  # the same sink behind Spark's Kafka source at its best trigger
+                results["floor_spark_kafka"][SPARK_BEST] = _attempt("Spark Kafka floor", lambda: floor.floor(
+                    bench, "floor-spark-kafka", [], args.floor_steps, args.floor_interval,
+                    peer=lambda topic, name: peer.live(topic, name, "0 milliseconds")))
+                print(f"Spark's Kafka source -> delta-rs, floor at trigger {SPARK_BEST}: "
+                      f"{report.floor_line(results['floor_spark_kafka'][SPARK_BEST])}", flush=True)
+                save(results)
+        if args.spark_floor_seconds:  # Spark alone: its rate source into its Parquet sink
+            results["floor_spark"] = _attempt("Spark's own floor", lambda: spark_floor.run(
+                spark, 0.0, args.spark_floor_seconds))
+            print(f"Spark's own floor (rate -> Parquet at trigger {SPARK_BEST}), medians ms: "
+                  + report.durations_line(results["floor_spark"]), flush=True)
         if settings.memory_scale:  # a failure (say, Spark's Python worker at a high load) loses only this phase
             memory = _attempt("memory phase", lambda: _memory(bench, cluster, settings, engine_sets[primary]))
             results["memory_error" if "error" in memory else "memory"] = memory
@@ -362,9 +394,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
     """Run the benchmark; `default_config` is the forwarder YAML used without --config (the job
     passes the repository's conf/local.yaml: spark-submit may import synclib from a zip)."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(max(logging.ERROR, logging.getLevelName(args.log_level)))
+    configure_logging(args.log_level, clients_at_least=logging.ERROR)
     if args.growth:
         from benchmarks import growth
 
@@ -412,6 +442,8 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         elif len(args.partition_axis) == 1:
             results = run(spark, args, save, roots)
             report.print_report(results)
+            if args.record:
+                print(f"recorded in {records.record(args.record, recorded_command(argv), results)}")
         else:
             results = {"partitions_axis": {}}
             for count, one in axis_arguments(args):
@@ -424,6 +456,18 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         save(results)
     print(f"results: {output}")
     return 0
+
+
+def recorded_command(argv: Sequence[str] | None) -> str:
+    """The command as a record names it: without where its outputs went."""
+    given, kept = list(sys.argv[1:] if argv is None else argv), []
+    while given:
+        option = given.pop(0)
+        if option in ("--record", "--output", "--workdir"):
+            given[:1] = []
+        elif not option.startswith(("--record=", "--output=", "--workdir=")):
+            kept.append(option)
+    return " ".join(["./spark-submit.sh jobs/benchmark.py", *kept])
 
 
 def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:

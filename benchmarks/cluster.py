@@ -13,7 +13,7 @@ from typing import Any
 from kafka import KafkaProducer
 
 from synclib.background import BackgroundThread
-from synclib.kafka import client_config as kafkaconf
+from synclib.kafka.client_config import for_admin, for_producer
 from synclib.leader.commitlog import Commit, encode_commit
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,8 @@ class Cluster:
 
         self.client_config = dict(client_config)
         self.partitions = partitions
-        self._admin = TopicAdmin(**kafkaconf.for_admin(self.client_config))
-        self._producer = KafkaProducer(**{**kafkaconf.for_producer(self.client_config), "linger_ms": 0})
+        self._admin = TopicAdmin(**for_admin(self.client_config))
+        self._producer = KafkaProducer(**{**for_producer(self.client_config), "linger_ms": 0})
         self._prefix = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
         self.created: list[str] = []
 
@@ -114,7 +114,7 @@ class Cluster:
         return topic, ends
 
     def producer(self, **settings: Any) -> KafkaProducer:
-        return KafkaProducer(**{**settings, **kafkaconf.for_producer(self.client_config)})
+        return KafkaProducer(**{**settings, **for_producer(self.client_config)})
 
     def commit(self, log_topic: str, topic: str, offsets: PartitionEnds) -> float:
         """Publish the leader's commit of `offsets` and wait for the broker's acknowledgement;

@@ -25,10 +25,10 @@ from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
 from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
-from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
-from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
-from synclib.delta.writer import DeltaStream, start_delta_stream
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
+from synclib.dead_letters.source_rows import MicroBatchSourceRows
+from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.leader.commitlog import Commit, encode_commit
 

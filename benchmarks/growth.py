@@ -62,9 +62,11 @@ from benchmarks import jvm
 from benchmarks.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
+from synclib.delta.commits import commit_metadata
 from synclib.delta.parquet import ParquetPart
+from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, arrow_schema, commit_metadata
+from synclib.delta.writer import DeltaStreamWriter, arrow_schema
 from synclib.settings.job import MaintenanceConfig, TriggerConfig
 from synclib.settings.storage import S3Config
 
@@ -82,7 +84,7 @@ MAINTENANCE: dict[str, dict[str, str] | None] = {
 MODES = tuple(MAINTENANCE)
 SPARK_MODES = ("spark-on", "spark-off")
 YOUNG_AGE = 100
-INTERVAL_S = TriggerConfig().processing_time  # between two aged versions: a busy stream's batches
+INTERVAL_S = TriggerConfig().min_interval  # between two aged versions: a busy stream's batches
 
 
 @dataclass

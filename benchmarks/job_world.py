@@ -259,7 +259,7 @@ def job_config(bootstrap: str, events: str, commit_log: str, directory: Path, gr
         "sink": {"path": str(directory / "table"), "engine": "delta-rs", "partition_by_date": False,
                  "maintenance": {"interval": "1s", "min_age": "500ms", "vacuum_retention": "0s"}},
         "checkpoint": {"location": str(directory / "checkpoint")},
-        "trigger": {"processing_time": "200ms"},
+        "trigger": {"min_interval": "200ms"},
         "logging": {"level": "INFO", "progress": True, "progress_interval": "500ms"},
     }
     for name, value in sections.items():

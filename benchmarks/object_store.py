@@ -18,14 +18,15 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from benchmarks.jvm import jars
 from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this_process, wait_for_port
 
 S3PROXY = "s3proxy"
 ACCESS_KEY_ID, SECRET_ACCESS_KEY, REGION = "synclib-test", "synclib-test-secret", "us-east-1"
-# S3Proxy's handler logs each request at DEBUG: "request: Request(GET)[/bucket/key?...]" or similar.
+# S3Proxy's handler logs each request at DEBUG, as Jetty prints it:
+# "request: ...ServletApiRequest@1a2b{...{GET@3c4d http://127.0.0.1:PORT/bucket/key?... HTTP/1.1}}}".
 _LOGBACK = """<configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">
     <file>{log}</file>
@@ -35,7 +36,7 @@ _LOGBACK = """<configuration>
   <root level="WARN"><appender-ref ref="FILE"/></root>
 </configuration>
 """
-_REQUEST = re.compile(r"request: Request\((?P<method>[A-Z]+) (?P<uri>\S+)\)")
+_REQUEST = re.compile(r"request: \S*\{(?P<method>[A-Z]+)@\w+ (?P<uri>\S+) HTTP/")
 
 SYNCLIB_DIR = "synclib"  # synclib's own files in a checkpoint (synclib.spark_checkpoint.synclib_file)
 DELTA_LOG = "delta log"
@@ -126,9 +127,6 @@ class S3Server:
         properties.write_text(
             f"s3proxy.endpoint={self.endpoint}\n"
             "s3proxy.authorization=aws-v2-or-v4\n"
-            # delta-rs's bulk delete (vacuum, log cleanup) sends x-amz-checksum-sha256, which S3Proxy
-            # 3.0.0 does not know: it refuses the request (501 NotImplemented) unless told to ignore it.
-            "s3proxy.ignore-unknown-headers=true\n"
             f"s3proxy.identity={ACCESS_KEY_ID}\n"
             f"s3proxy.credential={SECRET_ACCESS_KEY}\n"
             "jclouds.provider=filesystem\n"
@@ -157,13 +155,24 @@ class S3Server:
         return view
 
     def put(self, bucket: str, key: str, body: bytes, headers: dict[str, str] | None = None) -> int:
-        """PUT one object with extra request headers (e.g. `If-None-Match: *`), signed with AWS
-        Signature V4 as every S3 client signs; the HTTP status of the answer."""
+        """PUT one object with extra request headers (e.g. `If-None-Match: *`); the HTTP status of the answer."""
+        return self._signed("PUT", f"/{bucket}/{key}", "", body, headers)[0]
+
+    def list_keys(self, bucket: str, prefix: str) -> list[str]:
+        """The keys a ListObjectsV2 of `prefix` with delimiter `/` returns (S3A's directory probe)."""
+        status, answer = self._signed("GET", f"/{bucket}", f"delimiter=%2F&list-type=2&prefix={quote(prefix, safe='')}")
+        assert status == 200, answer
+        return re.findall(r"<Key>([^<]*)</Key>", answer.decode())
+
+    def _signed(self, method: str, path: str, query: str, body: bytes = b"",
+                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """One request signed with AWS Signature V4 as every S3 client signs (`query` in canonical
+        order): the HTTP status and body of the answer."""
         now = dt.datetime.now(dt.timezone.utc)
         stamp, day, digest = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d"), hashlib.sha256(body).hexdigest()
-        host, path = f"{LOOPBACK}:{self.port}", f"/{bucket}/{key}"
+        host = f"{LOOPBACK}:{self.port}"
         signed = "host;x-amz-content-sha256;x-amz-date"
-        canonical = (f"PUT\n{path}\n\nhost:{host}\nx-amz-content-sha256:{digest}\nx-amz-date:{stamp}\n\n"
+        canonical = (f"{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{digest}\nx-amz-date:{stamp}\n\n"
                      f"{signed}\n{digest}")
         scope = f"{day}/{REGION}/s3/aws4_request"
         to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
@@ -171,15 +180,19 @@ class S3Server:
         for part in (day, REGION, "s3", "aws4_request"):
             signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
         signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
-        request = urllib.request.Request(f"{self.endpoint}{path}", data=body, method="PUT", headers={
-            **(headers or {}), "x-amz-date": stamp, "x-amz-content-sha256": digest,
-            "Authorization": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY_ID}/{scope}, SignedHeaders={signed}, "
-                             f"Signature={signature}"})
+        # A content type as every S3 client sends one: urllib's default (a form) has Jetty read the body as form fields.
+        request = urllib.request.Request(
+            f"{self.endpoint}{path}{'?' + query if query else ''}", data=body if method == "PUT" else None,
+            method=method, headers={
+                **(headers or {}), "Content-Type": "application/octet-stream", "x-amz-date": stamp,
+                "x-amz-content-sha256": digest,
+                "Authorization": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY_ID}/{scope}, SignedHeaders={signed}, "
+                                 f"Signature={signature}"})
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
-                return int(answer.status)
+                return int(answer.status), answer.read()
         except urllib.error.HTTPError as error:
-            return int(error.code)
+            return int(error.code), error.read()
 
     def log(self) -> list[Request]:
         """Every request served so far, in order (a benchmark marks a point with `len(log())`)."""

@@ -49,6 +49,7 @@ from benchmarks.object_store import (
     owner,
 )
 from benchmarks.phases import Bench
+from synclib.app.metrics import batch_duration_ms
 from synclib.delta.maintenance import PassReport
 from synclib.settings import ForwarderConfig
 from synclib.settings.job import MaintenanceConfig
@@ -108,7 +109,7 @@ def to_commit(requests: Sequence[Request], table: str, checkpoint: str) -> dict[
 def _pass_function(spark: Any, config: ForwarderConfig) -> Callable[[], PassReport]:
     """One maintenance pass as the job runs it for the config's engine."""
     from synclib.delta import maintenance, spark_maintenance
-    from synclib.delta.writer import resolve_engine
+    from synclib.delta.engine import resolve_engine
     from synclib.settings.values import DELTA_SPARK
 
     options = config.sink.maintenance
@@ -194,9 +195,9 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float, 
 
     path = [to_commit(log[start:end], table, checkpoint) for start, end in itertools.pairwise(marks)]
 
-    trigger_s = config.trigger.processing_time
+    trigger_s = config.trigger.busiest_interval
     one_row = progress[WARMUP_BATCHES:WARMUP_BATCHES + batches]
-    batch_s = statistics.median(p["durationMs"]["triggerExecution"] for p in one_row) / 1000 if one_row else 0.0
+    batch_s = statistics.median(batch_duration_ms(p) for p in one_row) / 1000 if one_row else 0.0
     return {
         "batches": batches, "idle_s": idle_s, "trigger_s": trigger_s, "batch_s_p50": round(batch_s, 3),
         "maintenance_interval_s": config.sink.maintenance.interval,

@@ -5,7 +5,7 @@ without synclib:
 - `delta-spark`: `readStream.format("kafka")` -> `writeStream.format("delta")` (Delta's
   streaming sink);
 - `delta-rs`: `readStream.format("kafka")` -> synclib's `synclib_delta` sink
-  (`synclib.delta.writer.start_delta_stream`, engine delta-rs).
+  (`synclib.delta.stream.start_delta_stream`, engine delta-rs).
 
 Timed like the forwarder: a first query reads a warm-up slice (`maxOffsetsPerTrigger`, one
 batch, then a one-hour trigger holds it until it is stopped between batches); a second query
@@ -106,7 +106,7 @@ class SparkKafkaPeer:
         return f"{self.root(name)}/table"
 
     def _start(self, topic: str, engine: str, name: str, trigger: str, max_offsets: int | None) -> Any:
-        from synclib.delta.writer import DeltaStream, start_delta_stream, utc_date  # the writer imports pyspark
+        from synclib.delta.stream import DeltaStream, start_delta_stream, utc_date  # it imports pyspark
 
         reader = (self.spark.readStream.format("kafka").options(**self.kafka_options)
                   .option("subscribe", topic).option("startingOffsets", "earliest")

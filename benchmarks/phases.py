@@ -169,7 +169,6 @@ class Bench:
             f"source.commit_log_topic={log_topic}", f"source.commit_groups=[{LEADER_GROUP}]",
             "source.starting_offsets=earliest", f"sink.path={root}/table",
             f"checkpoint.location={root}/checkpoint", "logging.progress=false",
-            "trigger.available_now=false",
         ])
 
     @contextmanager

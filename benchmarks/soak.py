@@ -186,7 +186,7 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
     with KafkaWorld(rate=rate, event_bytes=event_bytes, partitions=4) as world:
         harness = CrashHarness(world, directory, seed=1, log=log, store=store,
                                sink={"engine": engine, "maintenance": settings},
-                               trigger={"processing_time": "1s"},
+                               trigger={"min_interval": "1s"},
                                logging={"level": "INFO", "progress": True, "progress_interval": "1s"})
         started, started_monotonic = time.time(), time.monotonic()
         broker_pid = world.broker.pid if world.broker is not None else None

@@ -1,4 +1,4 @@
-"""synclib forwarder: release Kafka events into Delta only after the leader group committed them.
+"""synclib forwarder under spark-submit: `synclib run` (see synclib.cli).
 
     spark-submit jobs/forwarder.py --config conf/local.yaml [--set key=value ...] [--available-now]
 
@@ -8,7 +8,8 @@ Without --config it runs the repository's embedded default, conf/local.yaml besi
 import sys
 from pathlib import Path
 
-from synclib.app.job import main
+from synclib.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(default_config=str(Path(__file__).resolve().parent.parent / "conf" / "local.yaml")))
+    default_config = Path(__file__).resolve().parents[1] / "conf" / "local.yaml"
+    sys.exit(main(["run", *sys.argv[1:]], default_config=str(default_config)))

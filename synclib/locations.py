@@ -27,6 +27,14 @@ def normalize_location(location: str) -> str:
     return location
 
 
+def hadoop_location(location: str) -> str:
+    """`location` as Spark's JVM gets a streaming checkpoint: normalized, with `s3://` as `s3a://`. Both
+    are S3A there, but Hadoop's FileContext, which Spark's checkpoint managers use, binds S3A to `s3a://`
+    only: on `s3://` Spark falls back to renames through the FileSystem API and warns at every start."""
+    uri = normalize_location(location)
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+
 def on_object_store(location: str) -> bool:
     """Whether `location` (normalized) is a URI of a remote store (`s3://`, `gs://`, `abfss://`, ...),
     not a local path or `file:` URI: no atomic rename there, and put-if-absent only where the

@@ -67,7 +67,7 @@ def write_config(directory: Path, name: str, bootstrap: str, source: Mapping[str
         "source": dict(source),
         "sink": {"path": str(directory / name / "table"), "partition_by_date": False},
         "checkpoint": {"location": str(directory / name / "checkpoint")},
-        "trigger": {"processing_time": "200ms"},
+        "trigger": {"min_interval": "200ms"},
         "logging": {"level": "WARNING", "progress": False},
     }
     path = directory / f"{name}.yaml"

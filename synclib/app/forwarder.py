@@ -20,31 +20,33 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app import direct_source
-from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.app.gate_latency import GateLatency
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
 from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
-from synclib.app.session import job_session
+from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.delta import maintenance, spark_maintenance
-from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.delta.engine import resolve_engine
+from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
-from synclib.delta.writer import DeltaStream, resolve_engine, start_delta_stream
 from synclib.embedded.default_world import EmbeddedWorld
+from synclib.exit_codes import ExitCode
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
+from synclib.source.events import EventReplay
 from synclib.source.status import PlannerStatus
 from synclib.spark_checkpoint import RunMarker, start_run, superseded
 
 logger = logging.getLogger("synclib.forwarder")
 
-EXIT_OK, EXIT_FAILED = 0, 1
-EXIT_SUPERSEDED = 5  # another run of the job took the checkpoint over (the newest run wins)
 GRACEFUL_STOP_TIMEOUT_S = 120.0
 QUERY_NAME = "synclib_forwarder"
 
@@ -59,10 +61,12 @@ class Forwarder:
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
         self._initial_offsets_text: str | None = None  # its contents, once read
         self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
+        self.gate_latency = GateLatency()
+        self.planner_events = EventReplay()  # the planner's log lines, from its status file
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
         self.monitoring = Monitoring(config.monitoring.healthcheck_file, config.monitoring.metrics_port,
                                      stall_after_s=max(source.broker_timeout, source.commit_log_timeout,
-                                                       source.read_stall_timeout) + config.trigger.processing_time)
+                                                       source.read_stall_timeout) + config.trigger.longest_pause)
 
     def run(self) -> int:
         spark = job_session(self.config, "synclib-forwarder")
@@ -75,7 +79,7 @@ class Forwarder:
             if self.config.kafka.embedded:
                 assert self.config.embedded is not None
                 bootstrap = resources.enter_context(embedded_world(self.config)).bootstrap_servers
-                # `python -m synclib status` finds the embedded broker there
+                # `synclib status` finds the embedded broker there
                 resources.enter_context(advertise_embedded_broker(self.config.checkpoint.location, bootstrap))
                 run_for = self.config.embedded.run_for
             status_dir = resources.enter_context(tempfile.TemporaryDirectory(prefix="synclib-status-"))
@@ -102,6 +106,10 @@ class Forwarder:
         this run's marker, so that a run still writing to the checkpoint stops at its next batch."""
         start_run(self.config.checkpoint.location, self.run_marker)
         logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
+        with checkpoint_manager(spark, self.config.checkpoint.location):
+            return self._start_query(spark, bootstrap, status_path)
+
+    def _start_query(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
         register(spark)
         options = self.source_options(bootstrap, status_path)
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
@@ -134,8 +142,7 @@ class Forwarder:
         return DeltaStream(
             path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
-            trigger={"availableNow": True} if trigger.available_now
-            else {"processingTime": f"{int(trigger.processing_time * 1000)} milliseconds"},
+            trigger=trigger.spark_trigger,
             query_name=QUERY_NAME, run_id=self.run_marker.run_id)  # the batch commits write the log checkpoints
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
@@ -173,13 +180,13 @@ class Forwarder:
             taken_over = superseded(self.config.checkpoint.location, self.run_marker.run_id)
             if taken_over is not None:  # the planner or the sink stopped it: that is the one line to say
                 print(f"forwarder: {taken_over}", file=sys.stderr, flush=True)
-                return EXIT_SUPERSEDED
+                return ExitCode.SUPERSEDED
             print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
                   file=sys.stderr, flush=True)
             failed = failed_batch(exc)
             if failed:
                 print(f"forwarder: the failed micro-batch covers {failed}", file=sys.stderr, flush=True)
-            return EXIT_FAILED
+            return ExitCode.FAILED
         self._report(query, reporter, status_path)
         headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
                     f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
@@ -191,10 +198,15 @@ class Forwarder:
         letters = self.dead_letters
         progresses = self.progress(query)
         status = PlannerStatus.read(status_path)
-        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total)
+        if status is not None:
+            self.planner_events.replay(status.events)
+        latencies = self.gate_latency.observe(progresses, status)
+        self.monitoring.observe(query.isActive, progresses, status, None if letters is None else letters.total,
+                                latencies)
         if not self.config.logging.progress:
             return
-        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch):
+        for line in reporter.update(progresses, status, None if letters is None else letters.by_batch,
+                                    gate_latency=self.gate_latency.quantiles()):
             print(line, flush=True)
 
     def progress(self, query: StreamingQuery) -> list[dict[str, Any]]:
@@ -236,7 +248,7 @@ class Forwarder:
         path = self.config.sink.path
         print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
                              self.config.logging.partition_table_rows), flush=True)
-        return EXIT_OK
+        return ExitCode.OK
 
 
 def embedded_world(config: ForwarderConfig) -> EmbeddedWorld:

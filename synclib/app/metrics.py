@@ -26,8 +26,10 @@ Counters: `synclib_commit_log_skipped_total` (malformed commit-log messages skip
 running query), `synclib_batches_total` and `synclib_rows_written_total` (micro-batches and
 rows this run wrote), `synclib_maintenance_runs_total` (table maintenance passes, see
 `maintenance_run`), `synclib_dead_letters_total{topic}` (rows this run wrote to the dead-letter
-table, `sink.dead_letters`; no sample before the first); histogram
-`synclib_batch_duration_seconds` (micro-batch trigger times).
+table, `sink.dead_letters`; no sample before the first); histograms
+`synclib_batch_duration_seconds` (micro-batch times, `batch_duration_ms`) and `synclib_gate_latency_seconds`
+(from a leader's commit to the Delta commit holding its offsets, one observation per partition
+the commit released: `synclib.app.gate_latency`).
 
 A figure that is unknown (no high watermark yet, a group that has not committed) has no sample.
 """
@@ -49,6 +51,7 @@ from synclib.source.status import PartitionStatus, PlannerStatus
 logger = logging.getLogger(__name__)
 
 BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+GATE_LATENCY_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _PARTITION_LABELS = ("topic", "partition")
 _PARTITION_GAUGES: tuple[tuple[str, str, Callable[[PartitionStatus], int | None]], ...] = (
     ("synclib_partition_follower_offset", "The follower's next offset (what the Delta table holds up to)",
@@ -144,8 +147,11 @@ class ForwarderMetrics:
         self.registry.register(self._dead_letters)
         self._batches = Counter("synclib_batches", "Micro-batches written by this run", registry=self.registry)
         self._rows = Counter("synclib_rows_written", "Rows written to Delta by this run", registry=self.registry)
-        self._durations = Histogram("synclib_batch_duration_seconds", "Micro-batch trigger duration",
+        self._durations = Histogram("synclib_batch_duration_seconds", "Micro-batch duration after planning",
                                     buckets=BATCH_DURATION_BUCKETS, registry=self.registry)
+        self._gate_latency = Histogram("synclib_gate_latency_seconds",
+                                       "From a leader's commit to the Delta commit holding its offsets",
+                                       buckets=GATE_LATENCY_BUCKETS, registry=self.registry)
         self._maintenance = Counter("synclib_maintenance_runs", "Table maintenance passes run by this job",
                                     registry=self.registry)
         self._seen: tuple[str, int] = ("", -1)
@@ -169,10 +175,15 @@ class ForwarderMetrics:
             self._server = None
 
     def observe(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
-                dead_letters: Mapping[str, int] | None = None) -> None:
+                dead_letters: Mapping[str, int] | None = None,
+                gate_latencies: Sequence[tuple[float, int]] = ()) -> None:
         """Count the micro-batches of progress reports not seen yet (oldest first; Spark's
-        reports of idle triggers are not batches) and keep `status` for the partition series
-        and `dead_letters` (this run's dead letters by topic) for theirs."""
+        reports of idle triggers are not batches), observe their `gate_latencies` (seconds, how
+        many), and keep `status` for the partition series and `dead_letters` (this run's dead
+        letters by topic) for theirs."""
+        for seconds, count in gate_latencies:
+            for _ in range(count):
+                self._gate_latency.observe(seconds)
         if status is not None:
             self._status.status = status
         if dead_letters is not None:
@@ -187,11 +198,18 @@ class ForwarderMetrics:
                 continue
             self._batches.inc()
             self._rows.inc(rows_written(progress))
-            self._durations.observe(float(durations.get("triggerExecution") or 0) / 1000.0)
+            self._durations.observe(batch_duration_ms(progress) / 1000.0)
 
     def maintenance_run(self) -> None:
         """Count one table maintenance pass (the maintenance thread's hook)."""
         self._maintenance.inc()
+
+
+def batch_duration_ms(progress: Mapping[str, Any]) -> int:
+    """A micro-batch's time from its offsets' planning to its end: the trigger's time without
+    `latestOffset`, where `trigger.mode: leader` waits for the leader's commits."""
+    durations = progress.get("durationMs") or {}
+    return int(durations.get("triggerExecution") or 0) - int(durations.get("latestOffset") or 0)
 
 
 def rows_written(progress: Mapping[str, Any]) -> int:

@@ -35,14 +35,16 @@ class Monitoring:
             self.metrics.close()
 
     def observe(self, active: bool, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
-                dead_letters: Mapping[str, int] | None = None) -> None:
+                dead_letters: Mapping[str, int] | None = None,
+                gate_latencies: Sequence[tuple[float, int]] = ()) -> None:
         """One look at the query: whether it is `active`, its recent progress reports, the
         planner's status (None when not readable, e.g. a Spark Connect server elsewhere), this
-        run's dead letters by topic (with `sink.dead_letters`)."""
+        run's dead letters by topic (with `sink.dead_letters`), the gate latencies of the batches
+        new since the last look (`synclib.app.gate_latency`)."""
         if self.health is not None:
             self.health.observe(active=active, trigger_at=last_trigger_time(progresses, status))
         if self.metrics is not None:
-            self.metrics.observe(progresses, status, dead_letters)
+            self.metrics.observe(progresses, status, dead_letters, gate_latencies)
 
     def maintenance_run(self) -> None:
         """Count a table maintenance pass (the maintenance thread's hook)."""

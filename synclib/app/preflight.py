@@ -1,20 +1,11 @@
-"""The job's and the status command's checks before anything else starts: Kafka
-(`synclib.kafka.preflight`) and the object-store locations (`synclib.app.storage`)."""
+"""The job's and the status command's Kafka check before anything else starts, with the job's
+settings (`synclib.kafka.preflight` does the checking)."""
 
 from __future__ import annotations
 
-from synclib.app.storage import StorageUnavailable, check_storage
-from synclib.kafka.preflight import KafkaUnavailable, check_kafka
+from synclib.kafka.preflight import check_kafka
 from synclib.settings import ForwarderConfig
 from synclib.settings.kafka import kafka_client_config
-
-__all__ = ["EXIT_KAFKA", "EXIT_STORAGE", "KafkaUnavailable", "StorageUnavailable", "check_job_kafka",
-           "check_storage"]
-
-# The forwarder's exit code when Kafka cannot be reached or used (docs/running.md, exit codes).
-EXIT_KAFKA = 3
-# The forwarder's exit code when an object-store location cannot be used with the job's settings.
-EXIT_STORAGE = 4
 
 
 def check_job_kafka(config: ForwarderConfig, bootstrap_servers: str | None = None,

@@ -13,16 +13,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
+from synclib.app.gate_latency import describe
+from synclib.app.metrics import batch_duration_ms
 from synclib.delta.table import TableSummary
-from synclib.source.state import LOCAL_BEHIND, SYNCHRONIZED, Offsets, get_state_from_offsets
+from synclib.source.state import FLOWING, Offsets, get_state_from_offsets
 from synclib.source.status import PartitionStatus, PlannerStatus
 
 TABLE_EVERY_S = 10.0
 TABLE_ROWS = 10
-# A flowing partition alternates between these two with every leader commit and batch.
-FLOWING = frozenset({LOCAL_BEHIND, SYNCHRONIZED})
 PARTITION_HEADER = ("topic", "partition", "state", "follower", "leader", "high watermark",
                     "held back", "stale")
 SUMMARY_HEADER = ("topic", "partition", "highest offset written", "highest committed by leader",
@@ -94,9 +95,11 @@ class ProgressReporter:
         self._table_at: float | None = None
 
     def update(self, progresses: Sequence[Mapping[str, Any]], status: PlannerStatus | None,
-               dead_letters: Mapping[int, int] | None = None) -> list[str]:
+               dead_letters: Mapping[int, int] | None = None,
+               gate_latency: tuple[float, float] | None = None) -> list[str]:
         """Lines for the reports not shown yet (oldest first), then the table if due;
-        `dead_letters`: batch id -> rows that batch wrote to the dead-letter table."""
+        `dead_letters`: batch id -> rows that batch wrote to the dead-letter table; `gate_latency`:
+        the recent p50 and p99 (`synclib.app.gate_latency`), added to the batches' lines."""
         partitions = () if status is None else status.partitions
         lines = []
         for progress in progresses:
@@ -107,8 +110,8 @@ class ProgressReporter:
             letters = (dead_letters or {}).get(int(progress["batchId"])) if "addBatch" in progress.get(
                 "durationMs", {}) else None
             self.dead_letters += letters or 0
-            lines.append(self._line(progress, partitions) + (f"; {letters} dead letters" if letters else "")
-                         + _malformed_note(status))
+            line = self._line(progress, partitions, gate_latency)
+            lines.append(line + (f"; {letters} dead letters" if letters else "") + _malformed_note(status))
         shape = tuple((p.topic, p.partition, "flowing" if p.state in FLOWING else p.state.value, bool(p.stale))
                       for p in partitions)
         now = self._clock()
@@ -118,17 +121,24 @@ class ProgressReporter:
             self._shape, self._table_at = shape, now
         return lines
 
-    def _line(self, progress: Mapping[str, Any], partitions: Sequence[PartitionStatus]) -> str:
-        clock = str(progress["timestamp"])[11:19]
+    def _line(self, progress: Mapping[str, Any], partitions: Sequence[PartitionStatus],
+              gate_latency: tuple[float, float] | None) -> str:
         durations = progress.get("durationMs", {})
         if "addBatch" not in durations:  # Spark's report of a trigger that found nothing new
-            return f"{clock} idle: nothing newly committed; {gate_line(partitions)}"
+            return f"{_clock(progress, 0)} idle: nothing newly committed; {gate_line(partitions)}"
         rows = int(progress.get("numInputRows") or 0)
         self.rows += rows
         self.batches += 1
-        return (f"{clock} batch {progress['batchId']}: {rows} rows in "
-                f"{durations.get('triggerExecution', 0)} ms ({self.rows} this run); "
-                f"{gate_line(partitions)}")
+        return (f"{_clock(progress, int(durations.get('triggerExecution') or 0))} batch {progress['batchId']}: "
+                f"{rows} rows in {batch_duration_ms(progress)} ms ({self.rows} this run); {gate_line(partitions)}"
+                + (f"; {describe(gate_latency)}" if gate_latency is not None else ""))
+
+
+def _clock(progress: Mapping[str, Any], after_ms: int) -> str:
+    """`HH:MM:SS` (UTC, as Spark's progress timestamps) `after_ms` after the trigger started: a batch's
+    line shows when it ended, so lines stay in the order of the log lines around them."""
+    started = datetime.fromisoformat(str(progress["timestamp"]).replace("Z", "+00:00"))
+    return (started + timedelta(milliseconds=after_ms)).strftime("%H:%M:%S")
 
 
 def dead_letters_note(total: int, path: str) -> str:

@@ -3,19 +3,24 @@
 A session the job creates itself (`spark-submit jobs/forwarder.py`) starts with
 `SESSION_DEFAULTS`, each unless spark-submit's `--conf` or `spark-defaults.conf` sets it; a
 session that exists already (a Databricks job cluster, a notebook) keeps its own settings.
+A query with its checkpoint on S3 starts with `S3_CHECKPOINT` (`checkpoint_manager`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
 from synclib.app.storage import s3_locations
+from synclib.compat import py4j as py4j_compat
+from synclib.compat import pyspark as spark_compat
 from synclib.compat.pyspark import is_connect, submitted_conf
 from synclib.settings import ForwarderConfig
-from synclib.settings.storage import S3Config
+from synclib.settings.storage import S3Config, is_s3
 
 logger = logging.getLogger("synclib.session")
 
@@ -24,6 +29,14 @@ SESSION_DEFAULTS = {
     # Streaming queries run without adaptive execution whatever this says; left on (Spark's
     # default), every query start warns that it is being disabled (ResolveWriteToStream).
     "spark.sql.adaptive.enabled": "false",
+}
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+# Spark's checkpoint on S3 without renames: each entry PUT in place through S3A's abortable stream, and
+# aborted (nothing visible) when Spark cancels it (spark-hadoop-cloud, jvm/ivy.xml `s3a`). Hadoop's create
+# and the manager probe for an existing entry, so S3A's own probes at create are skipped.
+S3_CHECKPOINT = {
+    CHECKPOINT_MANAGER: "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager",
+    "fs.s3a.create.performance": "true",
 }
 # Not a default: spark.python.unix.domain.socket.enabled cuts a one-row batch by ~50 ms, but
 # PySpark 4.2's daemon then prints a BrokenPipeError traceback for each idle worker the JVM
@@ -70,3 +83,36 @@ def use_storage(spark: SparkSession, s3: S3Config) -> None:
         spark.sparkContext.environment.update(variables)
     for key, value in s3.hadoop_options().items():
         spark.conf.set(key, value)
+
+
+@contextmanager
+def checkpoint_manager(spark: SparkSession, location: str) -> Iterator[None]:
+    """Spark's checkpoint manager for the query started inside, which takes its managers as it starts:
+    `S3_CHECKPOINT` for an `s3://`/`s3a://` checkpoint when its class is on the classpath and the
+    session names no manager of its own; the session's settings are restored afterwards."""
+    settings = _s3_checkpoint(spark) if is_s3(location) else {}
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _s3_checkpoint(spark: SparkSession) -> dict[str, str]:
+    if spark.conf.get(CHECKPOINT_MANAGER, None) is not None:
+        return {}  # the session's own choice (spark-submit's --conf, a platform's default)
+    manager = S3_CHECKPOINT[CHECKPOINT_MANAGER]
+    jvm = spark_compat.jvm(spark, "Spark's checkpoint on S3 keeps its default manager (renames)")
+    if jvm is None:
+        return {}
+    if not py4j_compat.class_loadable(jvm, manager):
+        logger.warning("%s is not on the classpath (spark-hadoop-cloud): Spark's checkpoint on S3 is written "
+                       "by renames", manager)
+        return {}
+    return dict(S3_CHECKPOINT)

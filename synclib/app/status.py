@@ -1,4 +1,4 @@
-"""`python -m synclib status --config FILE [--json]`: where a forwarder stands, without Spark.
+"""`synclib status --config FILE [--json]`: where a forwarder stands, without Spark.
 
 Per partition of the subscription: the follower's offset (the offsets recorded in the Delta
 table's latest synclib commit), each followed leader group's committed offset (the commit
@@ -6,13 +6,12 @@ log read to its end, or the groups' committed offsets with `remote_offsets: grou
 high watermark, the lag (high watermark - follower offset), the partition state and how old
 the leader's newest commit is (from its `orig_message_ts`; unknown with `remote_offsets:
 group`, whose offsets carry no time). All offsets are next offsets, as everywhere in synclib.
+And the gate latency of the table's last `RECENT_BATCHES` commits: from each leader commit (the
+commit-log record's time) to the Delta commit holding its offsets (`synclib.app.gate_latency`).
 
 The embedded default starts its broker on a random port; a running embedded job advertises
 it in `<checkpoint>/synclib/embedded-broker.json` (see `advertise_embedded_broker`), which
 this command reads. `--bootstrap HOST:PORT` overrides the address in any case.
-
-Exit codes: 0 reported, 1 the broker or the forwarder's files could not be read, 2 invalid
-configuration or arguments.
 """
 
 from __future__ import annotations
@@ -20,29 +19,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.errors import KafkaError
 
-from synclib import spark_checkpoint
-from synclib.app.command_line import config_parser, exit_on_config_error
-from synclib.app.preflight import KafkaUnavailable, StorageUnavailable, check_job_kafka, check_storage
+from synclib import processes, spark_checkpoint
+from synclib.app.gate_latency import describe, quantiles, table_latencies
+from synclib.app.preflight import check_job_kafka
 from synclib.app.progress import table
-from synclib.delta.dead_letter_table import dead_letter_counts
-from synclib.delta.table import table_summary
+from synclib.app.storage import StorageUnavailable, check_storage
+from synclib.dead_letters.table import dead_letter_counts
+from synclib.delta.table import TableSummary, open_table, recent_batches, table_summary
+from synclib.exit_codes import ExitCode
 from synclib.kafka.admin import KafkaMetadata
-from synclib.leader.follower import CommitLogFollower
-from synclib.leader.group_poller import GroupOffsetsPoller
-from synclib.leader.tracker import RemoteOffsetsError, RemoteOffsetsTracker
+from synclib.kafka.preflight import KafkaUnavailable
+from synclib.leader.tracker import Release, RemoteOffsetsError
+from synclib.leader.trackers import remote_offsets_tracker
 from synclib.locations import write_text
 from synclib.offsets import TopicPartitionKey
-from synclib.settings import ForwarderConfig, SourceOptions, load_config
+from synclib.settings import ForwarderConfig, SourceOptions
 from synclib.source.state import Offsets, get_state_from_offsets
 from synclib.source.status import (
     LeaderCommits,
@@ -51,8 +51,8 @@ from synclib.source.status import (
     leader_commit_age,
 )
 
-EXIT_OK, EXIT_UNAVAILABLE = 0, 1  # and command_line.EXIT_CONFIG, 2
 DEFAULT_TIMEOUT_S = 30.0
+RECENT_BATCHES = 32  # the table's newest commits the gate latency is measured over
 
 
 class StatusError(RuntimeError):
@@ -89,33 +89,13 @@ def embedded_bootstrap(checkpoint_location: str) -> str:
                           "start it, or pass --bootstrap HOST:PORT") from None
     except ValueError as exc:
         raise StatusError(f"{path} is not valid JSON: {exc}") from None
-    if not _alive(int(advertised["pid"])):
+    if not processes.alive(int(advertised["pid"])):
         raise StatusError(f"the embedded forwarder that wrote {path} (pid {advertised['pid']}) "
                           "is not running any more")
     return str(advertised["bootstrap_servers"])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        pass
-    return True
-
-
 # --- collecting ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TableStatus:
-    """The Delta table's latest version and the synclib batch it holds."""
-
-    path: str
-    version: int
-    rows: int | None
-    batch_id: int | None
-
 
 @dataclass(frozen=True)
 class StatusReport:
@@ -127,18 +107,22 @@ class StatusReport:
     remote_offsets: str
     commit_log_topic: str | None
     groups: tuple[str, ...]
-    table: TableStatus | None
+    table: TableSummary | None
     partitions: tuple[PartitionStatus, ...]
     # With sink.dead_letters: the dead-letter table and its rows per topic ({} before the first).
     dead_letters: tuple[str, dict[str, int]] | None = None
+    # p50 and p99 seconds over the table's last RECENT_BATCHES commits; None without a measure.
+    gate_latency: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         letters = self.dead_letters
         return {"checked_at": self.checked_at, "bootstrap_servers": self.bootstrap_servers,
                 "remote_offsets": self.remote_offsets, "commit_log_topic": self.commit_log_topic,
-                "groups": list(self.groups), "table": None if self.table is None else asdict(self.table),
+                "groups": list(self.groups), "table": None if self.table is None else self.table.to_json(),
                 "partitions": [p.to_json() for p in self.partitions],
-                "dead_letters": None if letters is None else {"path": letters[0], "by_topic": letters[1]}}
+                "dead_letters": None if letters is None else {"path": letters[0], "by_topic": letters[1]},
+                "gate_latency": None if self.gate_latency is None else {
+                    "batches": RECENT_BATCHES, "p50_s": self.gate_latency[0], "p99_s": self.gate_latency[1]}}
 
 
 def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> StatusReport:
@@ -150,7 +134,7 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     follower = (summary.offsets if summary is not None else None) or {}
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
     try:
-        commits = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
+        commits, releases = _leader_commits(options, timeout_s)  # before the watermarks: leader <= high watermark
         partitions = sorted(set(metadata.partitions()) | set(follower))
         # A partition known only from the table whose topic is gone has no high watermark.
         high_watermarks = metadata.high_watermarks(tp for tp in partitions if tp[0] in metadata.topic_ids)
@@ -160,28 +144,28 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     return StatusReport(
         checked_at=now, bootstrap_servers=bootstrap_servers, remote_offsets=options.remote_offsets,
         commit_log_topic=options.commit_log_topic, groups=tuple(options.commit_groups),
-        table=None if summary is None else TableStatus(config.sink.path, summary.version, summary.rows,
-                                                       summary.batch_id),
+        table=summary,
         partitions=tuple(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now)
                          for tp in partitions),
         dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
         if config.sink.dead_letters.enabled else None,
+        gate_latency=_gate_latency(config.sink.path, releases) if summary is not None else None,
     )
 
 
-def _leader_commits(options: SourceOptions, timeout_s: float) -> LeaderCommits:
-    tracker: RemoteOffsetsTracker
-    if options.remote_offsets == "group":
-        tracker = GroupOffsetsPoller(options.commit_groups, options.client_config,
-                                     unreachable_timeout_s=None)
-    else:
-        tracker = CommitLogFollower(options.commit_log_topic or "", options.commit_groups,
-                                    options.client_config, unreachable_timeout_s=None)
+def _gate_latency(path: str, releases: Mapping[TopicPartitionKey, Sequence[Release]]) -> tuple[float, float] | None:
+    table = open_table(path)
+    return None if table is None else quantiles(table_latencies(recent_batches(table, RECENT_BATCHES), releases))
+
+
+def _leader_commits(options: SourceOptions, timeout_s: float
+                    ) -> tuple[LeaderCommits, dict[TopicPartitionKey, list[Release]]]:
+    tracker = remote_offsets_tracker(options, deadlines=False)
     with tracker:
         try:
             if not tracker.wait_until_caught_up(timeout_s):
                 raise StatusError(f"{tracker.description} did not catch up within {timeout_s:g}s")
-            return tracker.commits()
+            return tracker.commits(), tracker.releases()
         except RemoteOffsetsError as exc:
             raise StatusError(str(exc)) from None
 
@@ -218,35 +202,33 @@ def format_status(report: StatusReport) -> str:
         path, by_topic = report.dead_letters
         lines.append(f"dead letters in {path}: {sum(by_topic.values())}"
                      + "".join(f", {n} of topic {t}" for t, n in by_topic.items()))
+    if report.gate_latency is not None:
+        lines.append(f"{describe(report.gate_latency)} over the table's last {RECENT_BATCHES} commits "
+                     "(from the leader's commit to the Delta commit holding it)")
     return "\n".join([*lines, table(headers, rows) if rows else "no partitions"])
 
 
 # --- command line ----------------------------------------------------------------------------
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = config_parser("python -m synclib status", "Per-partition status of a forwarder, without Spark.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", metavar="HOST:PORT",
                         help="Kafka address (default: the config's; the running embedded broker's)")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="how long to wait for the broker (default: %(default)s)")
-    return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.disable(logging.ERROR)  # failures are reported once, below, not logged by the clients too
-    with exit_on_config_error("status"):
-        config = load_config(args.config, args.overrides)
+def report(args: argparse.Namespace, config: ForwarderConfig, transform: object = None) -> int:
+    """The `status` command: print the status, or one line saying what could not be read (exit 1)."""
     try:
         bootstrap = args.bootstrap or (embedded_bootstrap(config.checkpoint.location) if config.kafka.embedded
                                        else config.kafka.bootstrap_servers)
         check_storage(config, args.timeout)
         os.environ.update(config.storage.s3.environment())  # the tables on S3: for delta-rs and pyarrow
         check_job_kafka(config, bootstrap, min(args.timeout, config.kafka.connect_timeout))
-        report = collect(config, bootstrap, args.timeout)
+        found = collect(config, bootstrap, args.timeout)
     except (StatusError, KafkaError, KafkaUnavailable, StorageUnavailable) as exc:
         print(f"status: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_status(report))
-    return EXIT_OK
+        return ExitCode.FAILED
+    print(json.dumps(found.to_json(), indent=2) if args.json else format_status(found))
+    return ExitCode.OK

@@ -1,10 +1,12 @@
 """Every use of py4j (the bridge from the Python driver to a classic session's JVM), in one place.
 
-synclib reaches the JVM for two conveniences, both optional:
+synclib reaches the JVM for two conveniences, both optional, and reads the errors it raises:
 
 - replacing the driver JVM's TERM/INT handlers (`sun.misc.Signal`, a JDK-internal API) with a
   Python callback, so `kill <spark-submit pid>` stops the query gracefully;
-- asking the JVM's class loader whether a class (Delta's) is on the classpath.
+- asking the JVM's class loader whether a class (Delta's) is on the classpath;
+- naming the Java exception a `Py4JJavaError` wraps (its class and message), where py4j's own
+  first line says only which call failed (`An error occurred while calling o170.save.`).
 
 Both are used only with the py4j minor version they are tested with (`TESTED_VERSION`, the
 one PySpark 4.2 pins); `version_problem()` says otherwise and callers then go without them.
@@ -17,6 +19,8 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+
+from synclib.errors import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +54,22 @@ def class_loadable(jvm: Any, class_name: str) -> bool:
     except Py4JError:
         return False
     return True
+
+
+def java_error(exc: BaseException) -> str | None:
+    """`class: first line of the message` of the Java exception a `Py4JJavaError` wraps; None for
+    any other exception, or when the JVM cannot say."""
+    try:
+        from py4j.protocol import Py4JError, Py4JJavaError
+    except ImportError:  # the Spark Connect-only client: no JVM errors
+        return None
+    if not isinstance(exc, Py4JJavaError):
+        return None
+    try:
+        java = exc.java_exception
+        return f"{java.getClass().getName()}: {first_line(java.getMessage())}"
+    except Py4JError:
+        return None
 
 
 class JvmSignalHandler:

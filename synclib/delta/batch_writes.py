@@ -1,60 +1,26 @@
 """One micro-batch written once to a Delta table, by either engine, from `foreachBatch`: what
-the dead-letter sink writes its two tables with (`synclib.delta.dead_letters`), and the replay of
-dead letters. The commit is the stream writer's (`synclib.delta.writer`): the same Parquet files,
-the same application transaction `(app_id, batch id)`, the same skip of a batch already held.
+a sink of the caller's (`synclib.delta.stream.BatchSink`: the dead-letter sink) writes its tables
+with. The commit is the stream writers': the same Parquet files, the same application transaction
+`(app_id, batch id)`, the same skip of a batch already held.
 
 - delta-rs: format `synclib_delta_batch`, the `synclib_delta` stream writer driven for one
-  batch write (option `batchId`);
-- delta-spark: Spark's Delta writer with `txnAppId`/`txnVersion` (`DeltaSparkBatchWriter`).
+  batch write (option `batchId`, `synclib.delta.writer`);
+- delta-spark: Spark's Delta writer with `txnAppId`/`txnVersion` (`synclib.delta.spark_writer`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
 
 from synclib import spark_checkpoint
+from synclib.delta.commits import check_replay
+from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import current_table, holds_batch
-from synclib.delta.writer import DeltaSparkBatchWriter, DeltaStreamWriter, check_replay
+from synclib.delta.writer import BATCH_FORMAT
 from synclib.settings.values import DELTA_SPARK
-
-BATCH_FORMAT = "synclib_delta_batch"
-
-
-class DeltaBatchWriter(DataSourceArrowWriter):
-    """The `synclib_delta` stream writer for one batch write (option `batchId`): the same
-    Parquet files and the same idempotent Delta commit."""
-
-    def __init__(self, schema: StructType, options: Mapping[str, str]) -> None:
-        self._stream = DeltaStreamWriter(schema, options)
-        self._batch_id = int(options["batchId"])
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self._stream.write(iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._stream.commit(messages, self._batch_id)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._stream.abort(messages, self._batch_id)
-
-
-class DeltaBatchSink(DataSource):
-    """Format `synclib_delta_batch`: options `path`, `checkpointLocation`, `batchId`,
-    `partitionBy` (JSON list), `logCheckpoints`, `runId`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return BATCH_FORMAT
-
-    def writer(self, schema: StructType, overwrite: bool) -> DeltaBatchWriter:
-        return DeltaBatchWriter(schema, self.options)
 
 
 @dataclass(frozen=True)

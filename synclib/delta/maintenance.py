@@ -43,7 +43,7 @@ and log cleanup instead (`synclib.delta.spark_maintenance`).
 
 The settings are `sink.maintenance` (`MaintenanceConfig`). `MaintenanceThread` runs passes
 in the forwarder's driver on a low-priority thread of its own, each pass under a time
-budget; `python -m synclib maintain` runs one pass.
+budget; `synclib maintain` runs one pass.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import PostCommitHookProperties
 from pyarrow import fs
 
-from synclib import locations
+from synclib import locations, processes
 from synclib.background import BackgroundThread
 from synclib.delta import commit_lock, parquet
 from synclib.delta.table import DATE_COLUMN, latest_synclib_commit, open_table
@@ -106,6 +106,12 @@ class PassReport:
     live_files: int = 0
     notes: list[str] = field(default_factory=list)  # conflicts, skipped steps
 
+    @property
+    def did_work(self) -> bool:
+        """Whether the pass changed the table or has something to say (a conflict, a skipped step)."""
+        return bool(self.compacted_files or self.vacuumed_files or self.checkpoint is not None
+                    or self.log_entries_removed or self.notes)
+
     def summary(self) -> str:
         if self.version is None:
             return "maintenance: no table yet"
@@ -125,7 +131,7 @@ class PassReport:
 
 def timed_pass(path: str, now: float | None, work: Callable[[DeltaTable, float, PassReport], None]) -> PassReport:
     """`work(table, now, report)` on the Delta table at `path` (an empty report when there is none),
-    timed and its report logged; `now` defaults to the current time."""
+    timed and its report logged (at debug level when it did nothing); `now` defaults to the current time."""
     started = time.monotonic()
     report = PassReport()
     table = open_table(path)
@@ -133,7 +139,7 @@ def timed_pass(path: str, now: float | None, work: Callable[[DeltaTable, float, 
         return report
     work(table, time.time() if now is None else now, report)
     report.seconds = time.monotonic() - started
-    logger.info("%s", report.summary())
+    logger.log(logging.INFO if report.did_work else logging.DEBUG, "%s", report.summary())
     return report
 
 
@@ -227,13 +233,7 @@ def _owner_gone(note: dict[str, Any]) -> bool:
     host cannot be seen from here and keeps its claim until it expires."""
     if note.get("host") != socket.gethostname() or not isinstance(note.get("pid"), int):
         return False
-    try:
-        os.kill(note["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not processes.alive(note["pid"])
 
 
 def _maintenance_note(commit: dict[str, Any]) -> dict[str, Any] | None:

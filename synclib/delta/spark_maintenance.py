@@ -35,8 +35,8 @@ import math
 from deltalake import DeltaTable
 from pyspark.sql import Row, SparkSession
 
+from synclib.delta.engine import fit_delta_to_local_master
 from synclib.delta.maintenance import Partition, PassReport, cleanup_log, due_partitions, timed_pass
-from synclib.delta.writer import fit_delta_to_local_master
 from synclib.locations import normalize_location
 from synclib.settings.job import MaintenanceConfig
 

@@ -1,6 +1,6 @@
 """What a synclib Delta table holds, read from its log with delta-rs (no Spark needed).
 
-Every synclib commit carries `synclib.*` metadata (see `synclib.delta.writer`): top-level commit
+Every synclib commit carries `synclib.*` metadata (`synclib.delta.commits`): top-level commit
 info when written by delta-rs, JSON in `userMetadata` when written by delta-spark. The
 newest one says which Kafka offsets the table holds, so the job can resume from it and
 the status command can report it without starting Spark.
@@ -129,6 +129,17 @@ def latest_synclib_commit(table: DeltaTable, app_id: str | None = None,
     return None
 
 
+def recent_batches(table: DeltaTable, limit: int) -> list[tuple[float, PartitionOffsets]]:
+    """The synclib commits among the table's newest `limit` commits, oldest first: when each was
+    committed (seconds since the epoch) and the Kafka offsets it holds up to."""
+    batches = []
+    for commit in table.history(limit):
+        offsets = parse_offsets(synclib_metadata(commit))
+        if offsets is not None and commit.get("timestamp") is not None:
+            batches.append((int(commit["version"]), int(commit["timestamp"]) / 1000, offsets))
+    return [(committed, offsets) for _, committed, offsets in sorted(batches, key=lambda batch: batch[0])]
+
+
 def latest_metadata(table: DeltaTable) -> dict[str, Any] | None:
     """The newest synclib commit's `synclib.*` metadata; None when the table has none."""
     commit = latest_synclib_commit(table)
@@ -151,11 +162,19 @@ def read_table_offsets(path: str) -> PartitionOffsets | None:
 
 @dataclass(frozen=True)
 class TableSummary:
+    """A table's latest version, its rows and the synclib batch it holds: the job's summary and
+    the status command's `table`."""
+
+    path: str
     version: int
     rows: int | None  # from the files' stats; None when a file has none
     app_id: str | None
     batch_id: int | None
     offsets: PartitionOffsets | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The status command's `table` in its JSON."""
+        return {"path": self.path, "version": self.version, "rows": self.rows, "batch_id": self.batch_id}
 
 
 def table_summary(path: str) -> TableSummary | None:
@@ -167,6 +186,6 @@ def table_summary(path: str) -> TableSummary | None:
     rows = None if records.null_count else int(pc.sum(records).as_py() or 0)
     metadata = latest_metadata(table) or {}
     batch_id = metadata.get(META_BATCH_ID)
-    return TableSummary(version=table.version(), rows=rows, app_id=metadata.get(META_APP_ID),
+    return TableSummary(path=path, version=table.version(), rows=rows, app_id=metadata.get(META_APP_ID),
                         batch_id=None if batch_id is None else int(batch_id),
                         offsets=parse_offsets(metadata))

@@ -29,6 +29,7 @@ from typing import Any
 from synclib.embedded.broker import EmbeddedBroker, terminate, tied_to_this_process
 from synclib.embedded.simulation import SimulationError
 from synclib.embedded.world import simulate
+from synclib.logs import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +146,7 @@ class EmbeddedWorld:
 def main(argv: Sequence[str]) -> int:
     """The child: run the simulation until SIGTERM, then stop it; exit 1 if a simulator dies."""
     spec = json.loads(argv[0])
-    level = logging.getLevelName(spec["log_level"])
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, level))
+    configure_logging(spec["log_level"])
     starter = os.getppid()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

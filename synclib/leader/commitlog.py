@@ -34,6 +34,7 @@ class Commit:
     offset: int
     orig_message_ts: float | None = None
     received_p99: float | None = None
+    committed_at: float | None = None  # the commit-log record's timestamp (seconds): when the leader committed
 
 
 def encode_commit(commit: Commit) -> tuple[bytes, bytes]:
@@ -49,8 +50,10 @@ def encode_commit(commit: Commit) -> tuple[bytes, bytes]:
     return key, value
 
 
-def decode_commit(key: bytes | None, value: bytes | None, headers: Headers = ()) -> Commit:
-    """Decode a commit-log message in either format; raise `CommitLogDecodeError` if invalid."""
+def decode_commit(key: bytes | None, value: bytes | None, headers: Headers = (),
+                  committed_at: float | None = None) -> Commit:
+    """Decode a commit-log message in either format (`committed_at`: its record's timestamp, in
+    seconds); raise `CommitLogDecodeError` if invalid."""
     topic, partition, group = _decode_key(key)
     if not value:
         raise CommitLogDecodeError("empty value")
@@ -58,7 +61,7 @@ def decode_commit(key: bytes | None, value: bytes | None, headers: Headers = ())
         offset, orig_ts, p99 = _decode_json_value(value)
     else:
         offset, orig_ts, p99 = _decode_legacy_value(value, headers)
-    return Commit(group, topic, partition, offset, orig_ts, p99)
+    return Commit(group, topic, partition, offset, orig_ts, p99, committed_at)
 
 
 def _decode_key(key: bytes | None) -> tuple[str, int, str]:

@@ -101,6 +101,7 @@ class CommitLogFollower(RemoteOffsetsTracker):
             for batch in consumer.poll(timeout_ms=self._poll_timeout_ms).values():
                 for record in batch:
                     self._apply(record)
+            self._announce_releases()
 
     def _refresh_partitions(
         self, consumer: KafkaConsumer, admin: KafkaAdminClient, assigned: set[TopicPartition]
@@ -127,7 +128,8 @@ class CommitLogFollower(RemoteOffsetsTracker):
 
     def _apply(self, record: Any) -> None:
         try:
-            commit = decode_commit(record.key, record.value, record.headers or ())
+            commit = decode_commit(record.key, record.value, record.headers or (),
+                                   committed_at=record.timestamp / 1000 if record.timestamp >= 0 else None)
         except CommitLogDecodeError as exc:
             logger.warning("skipping malformed commit-log message %s[%d]@%d: %s",
                            record.topic, record.partition, record.offset, exc)

@@ -2,7 +2,8 @@
 
 Same gating semantics as the commit-log follower (minimum over the groups, last write
 wins, unknown until every group has committed a partition); the leader's progress is
-only seen every `poll_interval_s`.
+only seen every `poll_interval_s`, which bounds how soon a commit releases events, and a commit's
+time is when a poll saw it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class GroupOffsetsPoller(RemoteOffsetsTracker):
                 else:
                     self._beat()
                     self._mark_caught_up()
+                    self._announce_releases()
                 self._stopping.wait(self._poll_interval_s)
         finally:
             admin.close()

@@ -4,7 +4,10 @@
 wins, so a leader reset moves an offset backwards) and answers the remote offset of a
 partition as the minimum over the followed groups, unknown while any group has not
 reported it. Subclasses feed it: `CommitLogFollower` (the leader's commit-log topic) and
-`GroupOffsetsPoller` (the groups' committed offsets in Kafka). If the thread dies, or makes
+`GroupOffsetsPoller` (the groups' committed offsets in Kafka). Each time that minimum moves
+forward it keeps a `Release` (the offset and when the leader committed it), and after each batch
+of commits it wakes whoever waits in `wait_for_release`: the source plans a micro-batch then,
+and measures its gate latency from the releases it takes. If the thread dies, or makes
 no progress for longer than `unreachable_timeout_s`, every later query raises
 `RemoteOffsetsError` carrying the cause.
 """
@@ -14,12 +17,25 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from synclib.background import BackgroundThread
 from synclib.leader.commitlog import Commit
 from synclib.offsets import TopicPartitionKey
+
+RELEASES_KEPT = 256  # per partition: releases not yet taken by a planned batch
+
+
+class Release(NamedTuple):
+    """The leader's offset of a partition moved forward to `offset` (the minimum over the followed
+    groups) by a commit made at `committed_at` (time.time(): the commit-log record's timestamp, or when
+    it was seen when that is unknown)."""
+
+    offset: int
+    committed_at: float
 
 
 class RemoteOffsetsError(RuntimeError):
@@ -52,6 +68,9 @@ class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
         self._stats = RemoteStats()
         self._caught_up = False
         self._heartbeat = time.monotonic()
+        self._releases: dict[TopicPartitionKey, deque[Release]] = {}
+        self._release_generation = 0  # bumped by `_announce_releases` when there are new releases
+        self._unannounced = False
 
     # -- queries ---------------------------------------------------------------------
 
@@ -90,6 +109,42 @@ class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
             return RemoteStats(self._stats.applied, self._stats.skipped_malformed,
                                self._stats.skipped_unfollowed_group, dict(self._stats.last_commit_time),
                                self._stats.last_error)
+
+    def release_generation(self) -> int:
+        """A number that grows each time new releases are announced (see `wait_for_release`)."""
+        with self._lock:
+            return self._release_generation
+
+    def wait_for_release(self, seen: int, timeout_s: float) -> int:
+        """Wait until releases newer than generation `seen` are announced, the thread fails, or
+        `timeout_s` passes; return the generation then."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._release_generation == seen and self.failure is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+            return self._release_generation
+
+    def releases(self) -> dict[TopicPartitionKey, list[Release]]:
+        """The releases kept per partition, oldest first (a copy; the last `RELEASES_KEPT` not taken)."""
+        with self._lock:
+            return {tp: list(kept) for tp, kept in self._releases.items()}
+
+    def take_releases(self, start: Mapping[TopicPartitionKey, int],
+                      end: Mapping[TopicPartitionKey, int]) -> list[Release]:
+        """The releases a micro-batch from `start` to `end` forwards (offset in `(start, end]`), removed
+        from the store with any at or below `start` (forwarded before)."""
+        taken = []
+        with self._lock:
+            for tp, stop in end.items():
+                kept = self._releases.get(tp)
+                while kept and kept[0].offset <= stop:
+                    release = kept.popleft()
+                    if release.offset > start.get(tp, stop):
+                        taken.append(release)
+        return taken
 
     def wait_until_caught_up(self, timeout_s: float) -> bool:
         """Wait until what the leader had committed when the thread started is known."""
@@ -134,10 +189,29 @@ class RemoteOffsetsTracker(BackgroundThread, abc.ABC):
             if per_tp is None:
                 self._stats.skipped_unfollowed_group += 1
                 return False
-            per_tp[(commit.topic, commit.partition)] = commit
+            tp = (commit.topic, commit.partition)
+            before = self._min_over_groups(tp)
+            per_tp[tp] = commit
             self._stats.applied += 1
-            self._stats.last_commit_time[commit.group] = time.time()
+            now = time.time()
+            self._stats.last_commit_time[commit.group] = now
+            after = self._min_over_groups(tp)
+            if after is not None and (before is None or after > before):
+                kept = self._releases.setdefault(tp, deque(maxlen=RELEASES_KEPT))
+                while kept and kept[-1].offset >= after:  # the leader was reset and is committing again
+                    kept.pop()
+                kept.append(Release(after, commit.committed_at if commit.committed_at is not None else now))
+                self._unannounced = True
             return True
+
+    def _announce_releases(self) -> None:
+        """Wake `wait_for_release` if commits recorded since the last call released offsets (called by
+        the thread after each batch of commits, so one leader commit of many partitions is one wake-up)."""
+        with self._lock:
+            if self._unannounced:
+                self._unannounced = False
+                self._release_generation += 1
+                self._lock.notify_all()
 
     def _count_malformed(self) -> None:
         with self._lock:

@@ -8,10 +8,13 @@ from pydantic import Field, model_validator
 
 from synclib.settings.kafka import BOOTSTRAP_OPTION, KafkaConfig
 from synclib.settings.model import KEEP_NULL, Section, SettingError
-from synclib.settings.source import SourceConfig
+from synclib.settings.source import LEADER_WAIT_S, SourceConfig
 from synclib.settings.storage import StorageConfig
 from synclib.settings.values import (
+    AVAILABLE_NOW,
     EMBEDDED,
+    LEADER,
+    PROCESSING_TIME,
     Boolean,
     ColumnName,
     Columns,
@@ -24,6 +27,8 @@ from synclib.settings.values import (
     PositiveDuration,
     PositiveInt,
     TransformSpec,
+    TriggerModeChoice,
+    spark_value,
 )
 
 
@@ -64,7 +69,7 @@ class MaintenanceConfig(Section):
 
 class DeadLettersConfig(Section):
     """`sink.dead_letters`: rows the transform rejects or raises on go to a second Delta table
-    instead of failing their micro-batch (`synclib.delta.dead_letters`). Off by default."""
+    instead of failing their micro-batch (`synclib.dead_letters.sink`). Off by default."""
 
     enabled: Boolean = False
     """Rows the transform rejects or raises on go to a dead-letter table instead of failing their
@@ -113,14 +118,56 @@ class CheckpointConfig(Section):
 
 
 class TriggerConfig(Section):
-    """`trigger`: micro-batch interval, or one Trigger.AvailableNow run."""
+    """`trigger`: when micro-batches start."""
 
+    mode: TriggerModeChoice = LEADER
+    """`leader`: a micro-batch starts as soon as a leader commit releases new offsets (at most one
+    per `min_interval`); `processing_time`: every `processing_time`, as Spark's trigger;
+    `available_now`: what is releasable at the start in one Trigger.AvailableNow run, then stop
+    (same as `--available-now`). See [Choosing the
+    trigger](operations/writer-and-trigger.md#choosing-the-trigger)."""
+    min_interval: Duration = 0.4
+    """With `mode: leader`, the shortest time between the starts of two micro-batches: a leader that
+    commits more often is forwarded in fewer, larger batches, so a busy job's object-store requests
+    stay those of a 400 ms trigger."""
     processing_time: Duration = 0.4
-    """The micro-batch interval; 400 ms fits a one-row micro-batch on two cores and keeps a leader's
-    commit within about half a second of the table (see [Choosing the
-    trigger](operations/writer-and-trigger.md#choosing-the-trigger))."""
-    available_now: Boolean = False
-    """Read what is available in one Trigger.AvailableNow run, then stop (same as `--available-now`)."""
+    """With `mode: processing_time`, the micro-batch interval."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TriggerConfig:
+        if "processing_time" in self.model_fields_set and self.mode != PROCESSING_TIME:
+            raise SettingError("processing_time", f"only used with {{0}}: {PROCESSING_TIME} (the mode is "
+                                                  f"{self.mode}); set both, or remove it", "mode")
+        return self
+
+    @property
+    def spark_trigger(self) -> dict[str, Any]:
+        """`DataStreamWriter.trigger`'s keyword arguments: `leader` polls the source without a pause,
+        which waits for the leader's commits (`source_options`)."""
+        if self.mode == AVAILABLE_NOW:
+            return {"availableNow": True}
+        interval = self.processing_time if self.mode == PROCESSING_TIME else 0.0
+        return {"processingTime": f"{round(interval * 1000)} milliseconds"}
+
+    def source_options(self) -> dict[str, str]:
+        """The `synchronized_kafka` options of this trigger: with `leader`, wait for the leader's commits."""
+        if self.mode != LEADER:
+            return {}
+        return {"awaitLeaderCommits": "true", "minBatchInterval": spark_value(self.min_interval)}
+
+    @property
+    def busiest_interval(self) -> float:
+        """The shortest time between two batch starts of a busy query, in seconds (0: none)."""
+        if self.mode == AVAILABLE_NOW:
+            return 0.0
+        return self.processing_time if self.mode == PROCESSING_TIME else self.min_interval
+
+    @property
+    def longest_pause(self) -> float:
+        """The longest time between two triggers of a healthy query, in seconds."""
+        if self.mode == PROCESSING_TIME:
+            return self.processing_time
+        return max(self.min_interval, LEADER_WAIT_S)
 
 
 class LoggingConfig(Section):
@@ -207,7 +254,8 @@ class ForwarderConfig(Section):
         """Reader options of the `synchronized_kafka` source; all values are strings."""
         if bootstrap_servers == EMBEDDED:
             raise ValueError("pass the address of the started embedded broker, not 'embedded'")
-        return {BOOTSTRAP_OPTION: bootstrap_servers, **self.kafka.client_options(), **self.source.spark_options()}
+        return {BOOTSTRAP_OPTION: bootstrap_servers, **self.kafka.client_options(), **self.source.spark_options(),
+                **self.trigger.source_options()}
 
     def redacted(self) -> dict[str, Any]:
         """The configuration as JSON-able data with secret values replaced by '***', for logging."""

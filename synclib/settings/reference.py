@@ -9,15 +9,14 @@ marker comments.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from synclib import doc_tables
 from synclib.settings.job import ForwarderConfig
 from synclib.settings.model import KeyPath, nested, union_members
 from synclib.settings.source import SourceConfig, SourceOptions
@@ -106,25 +105,12 @@ TABLES = {"configuration": config_table, "reader options": reader_table}
 
 def update(text: str) -> str:
     """`text` with each table between its marker comments rendered anew."""
-    for name, render in TABLES.items():
-        begin, end = f"<!-- generated {name} table: {COMMAND} -->\n", f"<!-- end of the generated {name} table -->"
-        head, found, rest = text.partition(begin)
-        _, found_end, tail = rest.partition(end)
-        if not (found and found_end):
-            raise ValueError(f"no {begin.strip()!r} ... {end!r} in the text")
-        text = f"{head}{begin}{render()}\n{end}{tail}"
-    return text
+    return doc_tables.update(text, TABLES, COMMAND)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m synclib.settings.reference",
-                                     description="Print the configuration reference (markdown tables).")
-    parser.add_argument("page", nargs="?", type=Path, help="rewrite the tables in this file instead")
-    args = parser.parse_args(argv)
-    if args.page is None:
-        print("\n\n".join(render() for render in TABLES.values()))
-    else:
-        args.page.write_text(update(args.page.read_text(encoding="utf-8")), encoding="utf-8")
+    doc_tables.main("python -m synclib.settings.reference", "Print the configuration reference (markdown tables).",
+                    TABLES, COMMAND, argv)
 
 
 if __name__ == "__main__":

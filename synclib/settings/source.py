@@ -27,6 +27,7 @@ from synclib.settings.values import (
     SPARK,
     Assignment,
     Boolean,
+    Duration,
     GroupList,
     OffsetResetChoice,
     PositiveDuration,
@@ -44,6 +45,10 @@ from synclib.settings.values import (
 logger = logging.getLogger(__name__)
 
 SUBSCRIPTIONS = ("subscribe", "subscribe_pattern", "assign")
+# With `awaitLeaderCommits`, the longest a trigger that finds nothing new waits for the leader: it
+# bounds how late new partitions, staleness and a graceful stop are seen (a 400 ms trigger waited
+# 0.4 s), and makes an idle query plan twice a second.
+LEADER_WAIT_S = 0.5
 _STARTING_MODES: dict[str, StartingMode] = {mode: mode for mode in get_args(StartingMode)}
 
 
@@ -179,6 +184,12 @@ class SourceOptions(SourceConfig):
     """The executors' consumer poll timeout, in milliseconds."""
     remote_poll_interval: PositiveDuration = Field(1.0, serialization_alias="remotePollInterval")
     """How often `remoteOffsets=group` polls the leader groups."""
+    await_leader_commits: Boolean = Field(False, serialization_alias="awaitLeaderCommits")
+    """A trigger that finds nothing newly committed waits (up to half a second) for a leader commit
+    that releases offsets, and plans the batch at once: with a processing-time trigger of 0, a
+    micro-batch starts as soon as the leader commits (the job's `trigger.mode: leader`)."""
+    min_batch_interval: Duration = Field(0.0, serialization_alias="minBatchInterval")
+    """With `awaitLeaderCommits`, the shortest time between the starts of two micro-batches."""
 
     @classmethod
     def from_spark(cls, options: Mapping[str, Any]) -> SourceOptions:

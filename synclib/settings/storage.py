@@ -7,7 +7,8 @@ dead-letter table, Spark's checkpoint), defined once and mapped once to each cli
 - `S3Config.hadoop_options()`: Hadoop's S3A settings (`fs.s3a.*`) for Spark's JVM: the
   checkpoint, Spark's Delta writer and reader.
 
-A setting left unset falls back to the process's own `AWS_*` variable, as every AWS tool does.
+A setting left unset falls back to the process's own `AWS_*` variable, as every AWS tool does
+(`allow_http` to `AWS_ALLOW_HTTP`, read as delta-rs reads it).
 Commits stay atomic: delta-rs commits with a conditional PUT (`If-None-Match: *`,
 `aws_conditional_put`), never with an unsafe rename (`AWS_S3_ALLOW_UNSAFE_RENAME` is refused);
 Spark's Delta writer keeps Delta's default LogStore for S3, the single-driver one.
@@ -30,6 +31,8 @@ S3_SCHEMES = ("s3", "s3a")
 UNSAFE_RENAME = "AWS_S3_ALLOW_UNSAFE_RENAME"
 _CONDITIONAL_PUT = "AWS_CONDITIONAL_PUT"
 _S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+_ALLOW_HTTP = "AWS_ALLOW_HTTP"
+_TRUE = ("1", "true", "on", "yes", "y")  # a true boolean variable, as delta-rs's object store reads one
 
 
 def is_s3(location: str) -> bool:
@@ -45,7 +48,7 @@ def _endpoint(raw: Any) -> str:
 
 class S3Config(Section):
     """`storage.s3`: the S3 API server of `s3://` and `s3a://` locations. Unset settings fall back
-    to the standard variables `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    to the standard variables `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, `AWS_ACCESS_KEY_ID`,
     `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`."""
 
     endpoint: String | None = None
@@ -54,8 +57,8 @@ class S3Config(Section):
     """The bucket's region (unset: `AWS_REGION`, else `us-east-1`)."""
     path_style: Boolean = False
     """Address buckets as `endpoint/bucket/key`, as most S3-compatible servers need (AWS S3: virtual hosts)."""
-    allow_http: Boolean = False
-    """Allow an `http://` endpoint (a local server); off, only `https://` is accepted."""
+    allow_http: Boolean | None = None
+    """Allow an `http://` endpoint (a local server) (unset: `AWS_ALLOW_HTTP`, else off: only `https://`)."""
     access_key_id: String | None = None
     """The access key id, e.g. `${S3_ACCESS_KEY_ID}` (unset: `AWS_ACCESS_KEY_ID`, else the SDKs' default chain)."""
     secret_access_key: SecretString | None = None
@@ -83,13 +86,21 @@ class S3Config(Section):
         }
         return {key: value for key, value in values.items() if value}
 
+    def http_allowed(self, environ: Mapping[str, str] | None = None) -> bool:
+        """`allow_http`, or else `AWS_ALLOW_HTTP` of `environ` (default: os.environ)."""
+        if self.allow_http is not None:
+            return self.allow_http
+        env = os.environ if environ is None else environ
+        return env.get(_ALLOW_HTTP, "").strip().lower() in _TRUE
+
     def problem(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
         """(setting, what is wrong) when these settings cannot be used as they are, else None."""
         env = os.environ if environ is None else environ
         values = self.resolved(env)
         endpoint = values.get("endpoint")
-        if endpoint and urlsplit(endpoint).scheme == "http" and not self.allow_http:
-            return "storage.s3.allow_http", f"the endpoint {endpoint} is plain HTTP: set it true for a local server"
+        if endpoint and urlsplit(endpoint).scheme == "http" and not self.http_allowed(env):
+            return "storage.s3.allow_http", (f"the endpoint {endpoint} is plain HTTP: set it (or {_ALLOW_HTTP}) "
+                                             "true for a local server")
         if bool(values.get("access_key_id")) != bool(values.get("secret_access_key")):
             return ("storage.s3.secret_access_key" if values.get("access_key_id") else "storage.s3.access_key_id",
                     "an access key id and a secret access key go together")
@@ -109,7 +120,7 @@ class S3Config(Section):
             variables.update(AWS_REQUEST_CHECKSUM_CALCULATION="when_required",
                              AWS_RESPONSE_CHECKSUM_VALIDATION="when_required")
         variables.update({
-            "AWS_ALLOW_HTTP": "true" if self.allow_http else "false",
+            _ALLOW_HTTP: "true" if self.http_allowed(environ) else "false",
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if self.path_style else "true",
             _CONDITIONAL_PUT: "etag",  # commits by If-None-Match: * (put if absent)
             UNSAFE_RENAME: "false",

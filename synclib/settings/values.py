@@ -31,6 +31,9 @@ Engine = Literal["auto", "delta-rs", "delta-spark"]
 ENGINES: tuple[Engine, ...] = get_args(Engine)  # sink.engine
 AUTO, DELTA_RS, DELTA_SPARK = ENGINES
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+TriggerMode = Literal["leader", "processing_time", "available_now"]
+TRIGGER_MODES: tuple[TriggerMode, ...] = get_args(TriggerMode)  # trigger.mode
+LEADER, PROCESSING_TIME, AVAILABLE_NOW = TRIGGER_MODES
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -305,6 +308,7 @@ OffsetResetChoice = Annotated[OffsetReset, choices(OffsetReset)]
 RemoteOffsetsChoice = Annotated[RemoteOffsets, choices(RemoteOffsets)]
 EngineChoice = Annotated[Engine, choices(Engine)]
 LogLevelChoice = Annotated[LogLevel, choices(LogLevel)]
+TriggerModeChoice = Annotated[TriggerMode, choices(TriggerMode)]
 
 
 def spark_value(value: Any) -> str:

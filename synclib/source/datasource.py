@@ -5,6 +5,11 @@ partition, where "remote" is what the leader groups have committed according to 
 commit log. Planning (driver) keeps a commit-log follower thread and a metadata client;
 reading (executors) uses a cached kafka-python consumer per Python worker. Neither is
 pickled: Spark ships the reader to workers with its options only.
+
+With `awaitLeaderCommits` a trigger that finds nothing newly committed waits, at most
+`LEADER_WAIT_S`, for the follower to announce a commit that releases offsets, and plans the batch
+at once; under a processing-time trigger of 0 (Spark then asks again right away) a micro-batch
+starts as soon as the leader commits, no sooner than `minBatchInterval` after the previous one.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -32,10 +38,9 @@ from pyspark.sql.types import StructType
 from synclib.compat import pyspark as spark_compat
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.reader import KafkaDataLossError, KafkaInputPartition, plan_tasks, read_partition
-from synclib.leader.follower import CommitLogFollower
-from synclib.leader.group_poller import GroupOffsetsPoller
 from synclib.leader.publisher import ProgressPublisher
-from synclib.leader.tracker import RemoteOffsetsTracker
+from synclib.leader.tracker import Release
+from synclib.leader.trackers import remote_offsets_tracker
 from synclib.locations import read_text, write_text
 from synclib.offsets import (
     EARLIEST,
@@ -48,12 +53,21 @@ from synclib.offsets import (
     to_offsets_json,
 )
 from synclib.schema import output_schema
-from synclib.settings.source import SourceOptions
+from synclib.settings.source import LEADER_WAIT_S, SourceOptions
+from synclib.source.events import EventLog
 from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets
-from synclib.source.state import StateAndOffsets, SynchronizedPartitionStateManager, get_state_from_offsets
+from synclib.source.state import (
+    FLOWING,
+    SYNCHRONIZED,
+    StateAndOffsets,
+    SynchronizedPartitionState,
+    SynchronizedPartitionStateManager,
+    get_state_from_offsets,
+)
 from synclib.source.status import (
     CommitLogStatus,
     PartitionStatus,
+    PlannedBatch,
     PlannerStatus,
     group_offsets,
     leader_commit_age,
@@ -64,6 +78,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "synchronized_kafka"
 FOLLOWER_CATCH_UP_TIMEOUT_S = 30.0
+BATCHES_KEPT = 32  # planned batches in the status file: the job reads it every second
+PARTITIONS_NAMED = 8  # a log line about partitions names at most this many
 
 def register(spark: SparkSession) -> None:
     """Make `spark.readStream.format("synchronized_kafka")` available in this session."""
@@ -94,10 +110,13 @@ class _Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         _ignore_terminal_interrupts()
+        self.event_log = EventLog.install() if options.status_file else None
         self.metadata = KafkaMetadata(options.client_config, options.subscription,
                                       retry_timeout_s=options.broker_timeout)
-        self.states = SynchronizedPartitionStateManager(_log_state_change)
-        self.remote = _remote_offsets_tracker(options).start()
+        self._changes: list[tuple[TopicPartitionKey, SynchronizedPartitionState, SynchronizedPartitionState]] = []
+        self._synchronized_once: set[TopicPartitionKey] = set()
+        self.states = SynchronizedPartitionStateManager(self._note_state_change)
+        self.remote = remote_offsets_tracker(options).start()
         if not self.remote.wait_until_caught_up(FOLLOWER_CATCH_UP_TIMEOUT_S):
             logger.warning("%s not caught up after %.0fs; planning with what it has",
                            self.remote.description, FOLLOWER_CATCH_UP_TIMEOUT_S)
@@ -109,6 +128,7 @@ class _Planner:
         self._topic_ids: dict[str, str | None] = {}
         self._remote_changed_at: dict[TopicPartitionKey, tuple[int | None, float]] = {}
         self.stale: set[TopicPartitionKey] = set()
+        self.batches: deque[PlannedBatch] = deque(maxlen=BATCHES_KEPT)
 
     def releasable(self, start: PartitionOffsets) -> tuple[PartitionOffsets, PartitionOffsets]:
         """Discover partitions, refresh watermarks and the leader's offsets; return the
@@ -117,7 +137,7 @@ class _Planner:
         partitions = self.metadata.partitions()
         new = [tp for tp in partitions if tp not in start]
         if new:
-            logger.info("new partitions %s: reading them from earliest", sorted(new))
+            logger.info("new partitions %s: reading them from earliest", _named(new))
             start.update(self.metadata.earliest_offsets(new))
         existing = set(partitions)  # partitions of a deleted topic keep their offsets
         self.high_watermarks = self.metadata.high_watermarks(tp for tp in start if tp in existing)
@@ -129,8 +149,34 @@ class _Planner:
             if remote.get((topic, partition)) is not None:
                 self.states.set_remote_offset(topic, partition, remote[(topic, partition)])
         self._track_staleness(start, remote)
+        self._log_state_changes()
         # A restarted partition first moves back to earliest in a batch of its own.
         return start, {**plan_end_offsets(start, self.high_watermarks, remote), **restarted}
+
+    def planned(self, start: PartitionOffsets, end: PartitionOffsets) -> None:
+        """A micro-batch from `start` to `end` will run: keep the leader commits it releases."""
+        self.batches.append(PlannedBatch(to_offsets_json(end), _commit_times(self.remote.take_releases(start, end))))
+
+    def _note_state_change(self, topic: str, partition: int, old: StateAndOffsets, new: StateAndOffsets) -> None:
+        self._changes.append(((topic, partition), old[0], new[0]))
+
+    def _log_state_changes(self) -> None:
+        """The planning call's state changes, one line per kind of change: at INFO, but a flowing
+        partition's alternation between LOCAL_BEHIND and SYNCHRONIZED after it first caught up (at
+        every leader commit and batch) at DEBUG."""
+        changes, self._changes = self._changes, []
+        by_change: dict[tuple[SynchronizedPartitionState, SynchronizedPartitionState], list[TopicPartitionKey]] = {}
+        for tp, old, new in changes:
+            by_change.setdefault((old, new), []).append(tp)
+        offsets = self.states.snapshot()
+        for (old, new), tps in by_change.items():
+            flowing = old in FLOWING and new in FLOWING and all(tp in self._synchronized_once for tp in tps)
+            if new == SYNCHRONIZED:
+                self._synchronized_once.update(tps)
+            detail = "" if len(tps) > 1 else (f" (follower {offsets[tps[0]].local}, "
+                                              f"leader {offsets[tps[0]].remote})")
+            logger.log(logging.DEBUG if flowing else logging.INFO, "%s: %s -> %s%s", _named(tps),
+                       old.value, new.value, detail)
 
     def _restart_recreated_partitions(self, start: PartitionOffsets) -> PartitionOffsets:
         """A partition whose topic was recreated (new topic id, or offsets now below the
@@ -191,6 +237,8 @@ class _Planner:
                 for tp, offsets in sorted(self.states.snapshot().items())),
             commit_log=CommitLogStatus(stats.applied, stats.skipped_malformed, stats.last_commit_time,
                                        stats.last_error),
+            batches=tuple(self.batches),
+            events=() if self.event_log is None else self.event_log.events(),
         )
 
     def close(self) -> None:
@@ -208,19 +256,23 @@ def _ignore_terminal_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _remote_offsets_tracker(options: SourceOptions) -> RemoteOffsetsTracker:
-    if options.remote_offsets == "group":
-        return GroupOffsetsPoller(options.commit_groups, options.client_config,
-                                  poll_interval_s=options.remote_poll_interval,
-                                  unreachable_timeout_s=options.commit_log_timeout)
-    return CommitLogFollower(options.commit_log_topic or "", options.commit_groups, options.client_config,
-                             unreachable_timeout_s=options.commit_log_timeout)
+def _named(partitions: Sequence[TopicPartitionKey]) -> str:
+    """`events[0], events[1]`, at most `PARTITIONS_NAMED` of them, then `and N more`."""
+    ordered = sorted(partitions)
+    names = ", ".join(f"{topic}[{partition}]" for topic, partition in ordered[:PARTITIONS_NAMED])
+    more = len(ordered) - PARTITIONS_NAMED
+    return names + (f" and {more} more" if more > 0 else "")
 
 
-def _log_state_change(topic: str, partition: int, old: StateAndOffsets, new: StateAndOffsets) -> None:
-    (old_state, _), (new_state, offsets) = old, new
-    logger.info("%s[%d]: %s -> %s (follower %s, leader %s)", topic, partition,
-                old_state.value, new_state.value, offsets.local, offsets.remote)
+def _commit_times(releases: Sequence[Release]) -> tuple[tuple[float, int], ...]:
+    """Release times rounded to the millisecond, with how many releases had each."""
+    counted = Counter(round(release.committed_at, 3) for release in releases)
+    return tuple(sorted(counted.items()))
+
+
+def has_work(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]) -> bool:
+    """Whether a batch from `start` to `end` moves any partition (Spark runs it then)."""
+    return any(start.get(tp) != offset for tp, offset in end.items())
 
 
 class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -232,6 +284,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         self._planner: _Planner | None = None
         self._target: PartitionOffsets | None = None
         self._last_end: PartitionOffsets | None = None
+        self._batch_started_at = float("-inf")  # time.monotonic() when the last batch was planned
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -289,22 +342,59 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             limit = self.getDefaultReadLimit()
         else:
             start_offsets = parse_offsets_json(start)
-        if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
-            check_run(self.options.run_checkpoint, self.options.run_id)
         planner = self.planner
         if planner.publisher is not None:
             # Spark plans a batch only once the previous one is committed, so everything below
             # `start` is durable in the sink (Spark's own commit(end) comes a batch later).
             planner.publisher.publish(start_offsets)
-        effective_start, end = planner.releasable(start_offsets)
-        if self._target is not None:
-            end = cap_offsets(end, self._target, effective_start)
-        if isinstance(limit, ReadMaxRows):
-            end = limit_rows(effective_start, end, limit.max_rows)
+        seen = planner.remote.release_generation()  # before planning: a release from now on wakes the wait
+        effective_start, end = self._plan(start_offsets, limit)
+        if self.options.await_leader_commits and self._target is None:
+            effective_start, end = self._await_leader(start_offsets, limit, seen, effective_start, end)
+        if has_work(start_offsets, end):
+            if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
+                check_run(self.options.run_checkpoint, self.options.run_id)
+            self._batch_started_at = time.monotonic()
+            planner.planned(effective_start, end)
         self._last_end = end
         if self.options.status_file:
             planner.status().write(self.options.status_file)
         return to_offsets_json(end)
+
+    def _plan(self, start: PartitionOffsets, limit: ReadLimit | None) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """The effective start and the end of a batch from `start`, capped by the Trigger.AvailableNow
+        target and `limit`."""
+        effective_start, end = self.planner.releasable(start)
+        if self._target is not None:
+            end = cap_offsets(end, self._target, effective_start)
+        if isinstance(limit, ReadMaxRows):
+            end = limit_rows(effective_start, end, limit.max_rows)
+        return effective_start, end
+
+    def _await_leader(self, start: PartitionOffsets, limit: ReadLimit | None, seen: int,
+                      effective_start: PartitionOffsets, end: PartitionOffsets
+                      ) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """`awaitLeaderCommits`: with nothing to forward, wait (up to `LEADER_WAIT_S`) for a leader
+        commit that releases offsets (announced after generation `seen`); with something, not before
+        `minBatchInterval` has passed since the previous batch started. Each wake-up plans again (a
+        broker round trip for the high watermarks)."""
+        remote = self.planner.remote
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while not has_work(start, end):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return effective_start, end
+            generation = remote.wait_for_release(seen, remaining)
+            if generation == seen:  # no release in time (or the follower failed: planning raises it)
+                remote.check()
+                return effective_start, end
+            seen = generation
+            effective_start, end = self._plan(start, limit)
+        early = self._batch_started_at + self.options.min_batch_interval - time.monotonic()
+        if early > 0:
+            time.sleep(early)  # bounded by minBatchInterval; what arrives meanwhile joins the batch
+            effective_start, end = self._plan(start, limit)
+        return effective_start, end
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:

@@ -34,6 +34,8 @@ UNKNOWN = SynchronizedPartitionState.UNKNOWN
 LOCAL_BEHIND = SynchronizedPartitionState.LOCAL_BEHIND
 REMOTE_BEHIND = SynchronizedPartitionState.REMOTE_BEHIND
 SYNCHRONIZED = SynchronizedPartitionState.SYNCHRONIZED
+# A flowing partition alternates between these two with every leader commit and batch.
+FLOWING = frozenset({LOCAL_BEHIND, SYNCHRONIZED})
 
 StateAndOffsets = tuple[SynchronizedPartitionState, Offsets]
 StateChangeCallback = Callable[[str, int, StateAndOffsets, StateAndOffsets], None]

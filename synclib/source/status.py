@@ -19,7 +19,13 @@ The JSON, as `to_json` and `write` give it (every offset is a next offset, an ex
         "seconds_since_leader_commit": 1.5,       # age of the gating group's newest commit; null: unknown
         "lag": 15, "held_back": 12, "ready": 3}], # derived (see the properties); ignored when read
      "commit_log": {"applied": 3, "skipped_malformed": 0,
-                    "last_commit_time": {"snuba": 1767261599.2}, "last_error": null}}
+                    "last_commit_time": {"snuba": 1767261599.2}, "last_error": null},
+     "batches": [{                                # the last BATCHES_KEPT micro-batches planned, oldest first
+        "end": {"events": {"0": 8}},              # their end offsets, Spark's JSON
+        "leader_commits": [[1767261599.25, 4]]}], # the leader commits they release: [time.time(), how many]
+     "events": [{"seq": 7, "at": 1767261600.0,     # the planner's log records (its process logs nowhere
+        "level": "INFO", "logger": "synclib.source.datasource",  # else): the job logs them again
+        "message": "events[0]: UNKNOWN -> LOCAL_BEHIND (follower 0, leader 8)"}]}
 
 The types are pydantic dataclasses: `parse` validates a document (strictly: a value of the wrong
 type is a `StatusFormatError` naming it) and `read` tolerates what a reader can meet, no file yet
@@ -105,12 +111,35 @@ class CommitLogStatus:
 
 
 @dataclass(frozen=True, config=_DOCUMENT)
+class PlannedBatch:
+    """A micro-batch as planned: its end offsets and the leader commits it releases (their times,
+    rounded to the millisecond, and how many partitions' commits at each)."""
+
+    end: Mapping[str, Mapping[str, int]]
+    leader_commits: tuple[tuple[float, int], ...] = ()
+
+
+@dataclass(frozen=True, config=_DOCUMENT)
+class PlannerEvent:
+    """A log record of the planner, numbered in the order it was made."""
+
+    seq: int
+    at: float
+    level: str
+    logger: str
+    message: str
+
+
+@dataclass(frozen=True, config=_DOCUMENT)
 class PlannerStatus:
-    """The source's status file: every partition as last planned, and the commit log's counters."""
+    """The source's status file: every partition as last planned, the commit log's counters, the
+    last batches planned and the planner's last log records."""
 
     updated_at: float | None = None
     partitions: tuple[PartitionStatus, ...] = ()
     commit_log: CommitLogStatus = field(default_factory=CommitLogStatus)
+    batches: tuple[PlannedBatch, ...] = ()
+    events: tuple[PlannerEvent, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON-able data, the derived values included."""

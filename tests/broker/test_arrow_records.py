@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -104,17 +104,6 @@ def as_produced(table: pa.Table) -> list[Produced]:
             for row in table.to_pylist()]
 
 
-@pytest.fixture
-def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This worker process as if it had not read yet: no cached consumer, no self-check result."""
-    monkeypatch.setattr(reader, "_consumers", {})
-    fetch_path.fast_path_problem.cache_clear()
-    fetch_path._warned.clear()
-    yield
-    fetch_path.fast_path_problem.cache_clear()
-    fetch_path._warned.clear()
-
-
 @pytest.mark.parametrize("written", WRITTEN)
 def test_librdkafka_batches_decode_to_what_librdkafka_produced(
         written: str, bootstrap_servers: str, request: pytest.FixtureRequest, fresh_process: None) -> None:
@@ -187,34 +176,3 @@ def test_a_codec_without_its_library_fails_naming_partition_offset_codec_and_pac
     assert str(error.value) == (
         f"MissingCodecError: {topic}[{partition}] offset 0: cannot decode a record batch compressed with {codec}: "
         f"install the Python package {package[codec]!r} where the job runs (synclib's package dependencies include it)")
-
-
-@pytest.mark.requires_kafka("the fetch sizes per partition: Tansu returned 736 of the 800 rows past the ranges "
-                            "whatever the sizes, librdkafka's mock cluster a batch per partition and fetch")
-def test_a_task_of_a_few_rows_per_partition_fetches_about_those_rows_not_the_partitions_to_their_ends(
-        bootstrap_servers: str, admin: Any, fresh_process: None) -> None:
-    """As a micro-batch behind a leader reads: each partition holds far more than its range, in
-    single-record batches (a live producer spread over many partitions writes so). Once a worker
-    knows the bytes per row, each fetch asks for the rows the task has left, not 4 MiB."""
-    topic, partitions, rows, few = f"sized-{uuid.uuid4().hex[:8]}", 8, 200, 5
-    admin.create(topic, partitions)
-    kafka = producer(bootstrap_servers, batch_num_messages=1)
-    produced = {p: produce_burst(kafka, topic, p, [Record(f"k{i}".encode(), b"v" * 500, []) for i in range(rows)])
-                for p in range(partitions)}
-    config = {"bootstrap_servers": [bootstrap_servers]}
-
-    def task(start: int, end: int) -> tuple[pa.Table, int]:
-        """The rows of [start, end) of every partition, and how many rows the task decoded."""
-        before = reader.cached_consumer(config).fetched_rows
-        ranges = [OffsetRange(topic, p, produced[p][start].offset, produced[p][end].offset) for p in produced]
-        batches = list(read_partition(KafkaInputPartition(ranges), config, SCHEMA, include_headers=True,
-                                      fail_on_data_loss=True, poll_timeout_ms=200, stall_timeout_s=20))
-        return pa.Table.from_batches(batches, SCHEMA), reader.cached_consumer(config).fetched_rows - before
-
-    _, first = task(0, few)  # a new worker: the configured limits, each partition read to its end
-    table, decoded = task(100, 100 + few)
-
-    assert first == partitions * rows
-    got = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
-    assert sorted(got) == sorted((p, record.offset) for p in produced for record in produced[p][100:100 + few])
-    assert decoded <= partitions * few * 4, f"decoded {decoded} rows for {partitions * few}"  # unsized: 800

@@ -1,5 +1,7 @@
 """The commit-log follower against a real Kafka-protocol broker."""
 
+import time
+
 import pytest
 
 from synclib.leader.follower import CommitLogFollower
@@ -154,3 +156,28 @@ def test_unreachable_broker_kills_the_follower_after_its_deadline(tmp_path):
             assert "no progress for" in str(error) and "last error" in str(error)
         finally:
             follower.stop()
+
+
+def test_a_commit_that_moves_the_minimum_is_announced_once_with_its_record_time(new_topic, producer, follow):
+    """What the source's leader-driven trigger and its gate latency rest on: a waiter wakes when a
+    commit releases offsets (the minimum over the groups moves forward), and the release carries the
+    commit-log record's timestamp; a commit that leaves the minimum where it is releases nothing."""
+    topic = new_topic("commit-log")
+    follower = follow(topic, ["snuba", "search"])
+    follower.wait_until_caught_up(30)
+    seen = follower.release_generation()
+    publish_commit(producer, topic, "snuba", "events", 0, 8)
+    wait_until(lambda: follower.stats().applied == 1, what="snuba's commit applied")
+    assert follower.wait_for_release(seen, 0.0) == seen  # search has not reported: nothing released
+    before = time.time()
+    publish_commit(producer, topic, "search", "events", 0, 5)
+    released = follower.wait_for_release(seen, 30.0)
+
+    assert released > seen
+    [release] = follower.take_releases({("events", 0): 0}, {("events", 0): 9})
+    assert release.offset == 5 and before - 1 <= release.committed_at <= time.time()
+    assert follower.take_releases({("events", 0): 0}, {("events", 0): 9}) == []  # taken once
+    publish_commit(producer, topic, "search", "events", 0, 12)  # the minimum moves to snuba's 8
+    follower.wait_for_release(released, 30.0)
+    assert [r.offset for r in follower.take_releases({("events", 0): 5}, {("events", 0): 7})] == []
+    assert [r.offset for r in follower.take_releases({("events", 0): 5}, {("events", 0): 8})] == [8]

@@ -1,14 +1,13 @@
 """The tests' S3 server (S3Proxy, benchmarks/object_store.py): what it implements of what exactly once
 needs, and the job's check of its S3 locations before Spark starts (synclib.app.storage).
 
-What S3Proxy 3.0.0 (filesystem backend) does, established here: listing from an offset
+What S3Proxy 4.1.0 (filesystem backend) does, established here: listing from an offset
 (start-after, as delta-rs lists the log from a version) and multipart uploads (pyarrow's writes) work;
 a conditional PUT (`If-None-Match: *`) of an existing key is refused (412), as AWS S3 refuses it, so
 a second create of the same Delta log entry loses and delta-rs commits at the next version (2.6.0
-overwrote it). delta-rs's bulk delete (DeleteObjects, which vacuum and
-log cleanup send) carries `x-amz-checksum-sha256`, a header S3Proxy 3.0.0 does not know: it answers
-501 NotImplemented unless started with `s3proxy.ignore-unknown-headers=true`, as the tests start it
-(the checksum is then not verified). docs/operations/object-storage.md says what follows.
+overwrote it); delta-rs's bulk delete (DeleteObjects with `x-amz-checksum-sha256`, which vacuum and
+log cleanup send) works (3.0.0 refused the header); a directory marker is listed under its own prefix,
+as S3A probes a directory (3.0.0 left it out). docs/operations/object-storage.md says what follows.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.object_store import S3Server
-from synclib.app.preflight import EXIT_STORAGE
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
+from synclib.exit_codes import ExitCode
 from synclib.locations import s3_filesystem
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import S3Config
@@ -71,8 +70,8 @@ def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> No
 
 
 def test_delta_rs_vacuum_deletes_the_files_an_overwrite_removed(s3_server: S3Server) -> None:
-    """delta-rs deletes in bulk (DeleteObjects with `x-amz-checksum-sha256`): refused by S3Proxy
-    3.0.0 (501 NotImplemented) unless it ignores headers it does not know, as started here."""
+    """delta-rs deletes in bulk (DeleteObjects with `x-amz-checksum-sha256`, which S3Proxy 3.0.0
+    refused with 501 NotImplemented)."""
     bucket = s3_server.bucket()
     table = f"s3://{bucket}/table"
     storage = S3Config(**s3_server.storage_settings()).environment({})
@@ -97,6 +96,27 @@ def test_a_conditional_put_of_an_existing_key_is_refused(s3_server: S3Server) ->
 
     kept = (s3_server.directory / "data" / bucket / "log" / "1.json").read_bytes()
     assert (second, kept) == (412, b"first")
+
+
+def test_a_directory_marker_is_listed_under_its_own_prefix(s3_server: S3Server) -> None:
+    """S3A finds a directory with a HEAD, then a LIST of `dir/`, so an empty one (the marker `dir/` its
+    mkdirs writes) only where that listing holds the marker, as AWS S3's does. Spark's checkpoint
+    manager on S3 needs it: Hadoop's FileContext creates `offsets/0` only in a directory it finds."""
+    bucket = s3_server.bucket()
+    assert s3_server.put(bucket, "checkpoint/offsets/", b"") == 200
+
+    assert s3_server.list_keys(bucket, "checkpoint/offsets/") == ["checkpoint/offsets/"]
+
+
+def test_an_http_endpoint_set_in_the_environment_alone_passes_the_check(
+        s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`AWS_ENDPOINT_URL=http://...` and `AWS_ALLOW_HTTP=true`, as delta-rs reads them, with no
+    endpoint and no `allow_http` in the file."""
+    settings = {k: v for k, v in s3_server.storage_settings().items() if k not in ("endpoint", "allow_http")}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+
+    check_storage(job_config(settings, s3_server.bucket()))  # nothing to say
 
 
 def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -> None:
@@ -130,6 +150,6 @@ def test_the_dead_letter_commands_check_the_locations_before_spark_starts(s3_ser
     listed = subprocess.run([sys.executable, str(ROOT / "jobs" / "dead_letters.py"), "--config", str(path), "list"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
-    assert listed.returncode == EXIT_STORAGE, listed.stderr[-2000:]
+    assert listed.returncode == ExitCode.STORAGE, listed.stderr[-2000:]
     assert listed.stderr.startswith("dead_letters: cannot list s3://") and listed.stderr.count("\n") == 1, listed.stderr
     assert "check storage.s3.access_key_id" in listed.stderr and "not-the-secret" not in listed.stderr

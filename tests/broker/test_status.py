@@ -16,10 +16,10 @@ from deltalake import CommitProperties, write_deltalake
 
 from benchmarks.object_store import S3Server
 from synclib.app import status
-from synclib.app.command_line import EXIT_CONFIG
+from synclib.delta.commits import commit_metadata
 from synclib.delta.table import table_summary
-from synclib.delta.writer import commit_metadata
 from synclib.embedded.broker import free_port
+from synclib.exit_codes import ExitCode
 from synclib.settings import load_config
 from synclib.settings.storage import S3Config
 from tests import mock_cluster
@@ -101,7 +101,7 @@ def test_status_from_the_table_and_the_commit_log(storage, bootstrap_servers, pr
         assert secret not in run.stdout + run.stderr + text.stdout + text.stderr
         refused = status_without_spark("--config", str(config), *overrides,
                                        "--set", "storage.s3.secret_access_key=not-the-secret")
-        assert refused.returncode == status.EXIT_UNAVAILABLE and not refused.stdout, refused
+        assert refused.returncode == ExitCode.FAILED and not refused.stdout, refused
         assert len(refused.stderr.splitlines()) == 1 and table in refused.stderr, refused.stderr
 
 
@@ -143,18 +143,18 @@ def test_status_fails_clearly_when_nothing_answers(tmp_path):
         "subscribe": "events", "commit_log_topic": "log", "commit_groups": ["leader"]})
     started = time.monotonic()
     run = status_without_spark("--config", str(config), "--timeout", "2")
-    assert run.returncode == status.EXIT_UNAVAILABLE
+    assert run.returncode == ExitCode.FAILED
     assert run.stderr.startswith("status: ") and "bootstrap" in run.stderr.lower(), run.stderr
     assert time.monotonic() - started < 60
 
     embedded = status_without_spark("--config", "conf/local.yaml",
                                     "--set", f"checkpoint.location={tmp_path / 'nowhere'}")
-    assert embedded.returncode == status.EXIT_UNAVAILABLE
+    assert embedded.returncode == ExitCode.FAILED
     assert "the embedded forwarder is not running" in embedded.stderr
     assert "pass --bootstrap HOST:PORT" in embedded.stderr
 
     invalid = status_without_spark("--config", str(config), "--set", "source.no_such_key=1")
-    assert invalid.returncode == EXIT_CONFIG and "no_such_key" in invalid.stderr
+    assert invalid.returncode == ExitCode.CONFIG and "no_such_key" in invalid.stderr
 
 
 @pytest.mark.slow
@@ -168,8 +168,11 @@ def test_status_of_the_running_embedded_default(tmp_path):
                  "--set", f"monitoring.metrics_port={free_port()}"]  # tests may run in parallel (pytest -n)
     job = start_forwarder(ROOT / "conf" / "local.yaml", tmp_path / "forwarder.log", *overrides)
     try:
-        wait_until(lambda: job.poll() is not None or table_summary(str(tmp_path / "events")) is not None,
-                   timeout_s=300, what="the embedded forwarder's first Delta commit", interval_s=1)
+        def third_batch() -> bool:
+            summary = table_summary(str(tmp_path / "events"))
+            return job.poll() is not None or (summary is not None and (summary.batch_id or 0) >= 2)
+
+        wait_until(third_batch, timeout_s=300, what="the embedded forwarder's third Delta commit", interval_s=1)
         assert job.poll() is None, (tmp_path / "forwarder.log").read_text()[-5000:]
 
         run = run_status("--config", "conf/local.yaml", *overrides, "--json")
@@ -183,6 +186,8 @@ def test_status_of_the_running_embedded_default(tmp_path):
             assert p["follower_offset"] is not None and p["leader_offset"] is not None
             assert p["high_watermark"] >= p["leader_offset"] and p["lag"] >= 0
             assert p["seconds_since_leader_commit"] is not None
+        latency = report["gate_latency"]  # batches 1 and 2 each released the leader's commits since the last
+        assert latency["batches"] == status.RECENT_BATCHES and 0 <= latency["p50_s"] <= latency["p99_s"]
     finally:
         job.send_signal(signal.SIGTERM)
         try:
@@ -191,4 +196,4 @@ def test_status_of_the_running_embedded_default(tmp_path):
             job.kill()
             job.wait()
     stopped = run_status("--config", "conf/local.yaml", *overrides)
-    assert stopped.returncode == status.EXIT_UNAVAILABLE and "not running" in stopped.stderr
+    assert stopped.returncode == ExitCode.FAILED and "not running" in stopped.stderr

@@ -159,7 +159,7 @@ def test_broker_kills_and_a_rolling_restart_under_a_running_forwarder_lose_and_d
         deadlines = {"broker_timeout": f"{DEADLINE_S:g}s", "commit_log_timeout": f"{DEADLINE_S:g}s",
                      "read_stall_timeout": f"{DEADLINE_S:g}s"}
         config = write_config(tmp_path / "job.yaml", world.config(
-            tmp_path, source=deadlines, trigger={"processing_time": "500ms"},
+            tmp_path, source=deadlines, trigger={"min_interval": "500ms"},
             logging={"level": "INFO", "progress": True, "progress_interval": "1s"}))
         job = JobRun(config, tmp_path, "job")
         try:

@@ -37,8 +37,8 @@ from benchmarks.job_files import (
 )
 from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
 from benchmarks.object_store import SECRET_ACCESS_KEY, S3Server
+from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import DeltaStream, start_delta_stream
 from synclib.settings.values import DELTA_RS
 from tests.kafka_proxy import ProxiedBroker
 from tests.spark.test_source import World, offsets

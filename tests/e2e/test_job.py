@@ -311,7 +311,7 @@ BAD_CONFIGS = [  # (edit of a valid config, extra arguments, what the message mu
     pytest.param(_set("transform", "no_such_module:enrich"), (), "transform: cannot load", id="missing-transform"),
     pytest.param(None, ("--set", "source.max_ofsets_per_trigger=5"), "source.max_ofsets_per_trigger: unknown key",
                  id="bad-override"),
-    pytest.param(None, ("--set", "trigger.available_now=maybe"), "trigger.available_now: expected true or false",
+    pytest.param(None, ("--set", "trigger.mode=asap"), "trigger.mode: expected one of 'leader'",
                  id="bad-override-value"),
 ]
 

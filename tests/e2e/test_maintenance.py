@@ -37,16 +37,11 @@ from benchmarks.object_store import S3Server
 from benchmarks.soak import soak
 from synclib.delta import commit_lock, maintenance, spark_maintenance
 from synclib.delta.direct import TableFiles
+from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
+from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import latest_synclib_commit, read_arrow, read_table_offsets
-from synclib.delta.writer import (
-    DeltaSparkBatchWriter,
-    DeltaStreamWriter,
-    DirectBatchCommit,
-    arrow_schema,
-    fit_delta_to_local_master,
-    fit_delta_to_object_store,
-)
+from synclib.delta.writer import DeltaStreamWriter, DirectBatchCommit, arrow_schema
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK

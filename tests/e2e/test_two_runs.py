@@ -1,7 +1,8 @@
 """Two runs of the job at once on one table and checkpoint, on S3 (a retried job whose old run is
 still alive, a double deploy): the newest run wins, the older stops with one line naming the
 checkpoint and the other run, and the table holds every released offset exactly once, with no
-lost commit, on both engines. The marker and the sink's checks alone: tests/unit/test_run_marker.py."""
+lost commit, on both engines; Spark writes its checkpoint in place (no temporary object, no rename).
+The marker and the sink's checks alone: tests/unit/test_run_marker.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from pyspark.sql import SparkSession
 
 from benchmarks.job_files import delta_batches, verify_table
 from benchmarks.job_world import KafkaWorld
-from benchmarks.object_store import S3Server
-from synclib.app.forwarder import EXIT_SUPERSEDED
+from benchmarks.object_store import S3Server, kind
 from synclib.delta.table import read_arrow
+from synclib.exit_codes import ExitCode
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.e2e.test_faults import finished, run_job, stopped, world  # noqa: F401 (world: a fixture)
 from tests.support import wait_until
@@ -46,7 +47,7 @@ def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
     assert first.returncode is None, first.tail()
 
     second = run_job(tmp_path, config, "second")
-    output = finished(first, EXIT_SUPERSEDED)
+    output = finished(first, ExitCode.SUPERSEDED)
     marker: dict[str, Any] = json.loads((stored / "checkpoint" / "synclib" / "run").read_text())
     lines = [line for line in output.splitlines() if line.startswith("forwarder: ")]
     assert len(lines) == 1, output[-6000:]
@@ -78,3 +79,10 @@ def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
     by_spark = spark.read.format("delta").load(f"s3a://{bucket}/table")
     assert by_spark.count() == verdict.rows
     assert by_spark.select("partition", "offset").distinct().count() == verdict.rows
+
+    # Spark's checkpoint entries PUT in place (AbortableStreamBasedCheckpointFileManager), not renamed
+    spark_files = [r for r in s3.log() if r.key.startswith(f"{bucket}/checkpoint/")
+                   and not r.key.startswith(f"{bucket}/checkpoint/synclib")]
+    assert [r for r in spark_files if r.method == "PUT" and r.key == f"{bucket}/checkpoint/commits/0"]
+    assert not [r for r in spark_files if ".tmp" in r.key or kind(r) == "DELETE"]
+    assert "Could not use FileContext API" not in first.output() + second.output()

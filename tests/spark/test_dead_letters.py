@@ -18,12 +18,12 @@ from pyspark.errors import StreamingQueryException
 
 from benchmarks.object_store import S3Server
 from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
-from synclib.app.batch_source import MicroBatchSourceRows
 from synclib.app.resume import initial_offsets_file
-from synclib.delta.dead_letters import DeadLetterBatches, Limits, start_with_dead_letters
-from synclib.delta.replay import replay
+from synclib.dead_letters.replay import replay
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
+from synclib.dead_letters.source_rows import MicroBatchSourceRows
+from synclib.delta.stream import DeltaStream
 from synclib.delta.table import read_arrow
-from synclib.delta.writer import DeltaStream
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
 from tests.support import publish_commit

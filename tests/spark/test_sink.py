@@ -37,18 +37,12 @@ from pyspark.sql.types import (
 from benchmarks.object_store import S3Server
 from synclib import spark_checkpoint
 from synclib.compat.pyspark import from_arrow_schema
+from synclib.delta.commits import commit_metadata
 from synclib.delta.direct import FILES_SCHEMA, TableFiles
+from synclib.delta.engine import delta_spark_available, resolve_engine
+from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import TableSummary, read_arrow, read_table_offsets, synclib_metadata, table_summary
-from synclib.delta.writer import (
-    AddedFiles,
-    DeltaStream,
-    DeltaStreamWriter,
-    arrow_schema,
-    commit_metadata,
-    delta_spark_available,
-    resolve_engine,
-    start_delta_stream,
-)
+from synclib.delta.writer import AddedFiles, DeltaStreamWriter, arrow_schema
 from synclib.locations import normalize_location
 from synclib.offsets import to_offsets_json
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
@@ -301,7 +295,7 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     assert all(add["partitionValues"] == {} and add["size"] > 0 for add in log["add"])
     assert parquet_files(stream.table) == table_files(stream.table)
     assert table_summary(stream.table) == TableSummary(
-        version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
+        path=stream.table, version=1, rows=9, app_id=app_id, batch_id=1, offsets={(TOPIC, 0): 5, (TOPIC, 1): 4})
 
 
 @on_s3

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from synclib.settings.source import LEADER_WAIT_S
 from synclib.source.datasource import SynchronizedKafkaDataSource
 from tests import mock_cluster
 from tests.forwarder_runs import commit_group
@@ -32,7 +35,8 @@ QUERY_TIMEOUT_S = 60
 
 @dataclass
 class World:
-    """An events topic, a commit-log topic, and a running query over them."""
+    """An events topic, a commit-log topic, and a running query over them, by default as the job
+    runs it (`trigger.mode: leader`: the source waits for the leader, Spark's trigger is 0)."""
 
     spark: Any
     producer: Any
@@ -54,6 +58,7 @@ class World:
             "commitLogTopic": self.log,
             "synchronizeCommitGroups": "snuba",
             "statusFile": str(self.tmp_path / "status.json"),
+            "awaitLeaderCommits": "true",
             **overrides,
         }
 
@@ -118,6 +123,36 @@ def test_nothing_released_before_any_commit(world):
     assert world.released() == []
     assert world.partition_status(0)["state"] == "UNKNOWN"
     assert world.partition_status(0)["high_watermark"] == 5
+
+
+def test_a_batch_starts_in_the_trigger_waiting_when_the_leader_commits(world):
+    """No timer between a leader commit and its batch: the batch's trigger started before the
+    follower had the commit, or less than one idle wait after it (a trigger that finds nothing
+    waits `LEADER_WAIT_S`, so none came and went in between)."""
+    produce_values(world.producer, world.events, 0, 5)
+    world.start()
+    wait_until(lambda: world.status()["partitions"], what="the first planning call")
+    world.drain()
+    world.commit(0, 3)
+    world.wait_released(offsets(0, 0, 3))
+
+    applied_at = world.status()["commit_log"]["last_commit_time"]["snuba"]
+    [batch] = [p for p in world.query.recentProgress if p.numInputRows > 0]
+    started = datetime.fromisoformat(batch.timestamp.replace("Z", "+00:00")).timestamp()
+    assert started <= applied_at + LEADER_WAIT_S, (started, applied_at)
+    [planned] = world.status()["batches"]
+    assert planned["end"] == {world.events: {"0": 3, "1": 0}} and [n for _, n in planned["leader_commits"]] == [1]
+
+
+def test_an_idle_query_stops_within_a_leader_wait(world):
+    """A trigger waiting for the leader holds the query's stop for at most `LEADER_WAIT_S`."""
+    query = world.start()
+    wait_until(lambda: world.status()["partitions"], what="the first planning call")
+    world.drain()
+    stopped = threading.Event()
+    threading.Thread(target=lambda: (query.stop(), stopped.set()), daemon=True).start()
+    assert stopped.wait(LEADER_WAIT_S + 10.0), "an idle query did not stop"
+    assert not query.isActive
 
 
 def test_two_groups_release_up_to_the_smaller_commit(world):

@@ -17,8 +17,8 @@ import pytest
 import tomllib
 from databricks.sdk.service.jobs import JobsAPI, JobSettings
 
-from synclib.app.job import parse_args
 from synclib.app.session import SESSION_DEFAULTS
+from synclib.cli import parser
 from synclib.settings import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,8 @@ def in_repo(workspace_path: str) -> Path:
 def forwarder_task_args(python_task: dict) -> argparse.Namespace:
     """The job arguments of a Databricks task that runs jobs/forwarder.py from the workspace."""
     assert in_repo(python_task["python_file"]) == ROOT / "jobs" / "forwarder.py"
-    return parse_args([p if not p.startswith(WORKSPACE_ROOT) else str(in_repo(p)) for p in python_task["parameters"]])
+    return parser().parse_args(["run", *(p if not p.startswith(WORKSPACE_ROOT) else str(in_repo(p))
+                                         for p in python_task["parameters"])])
 
 
 def assert_config_takes_exactly_these_from_the_environment(monkeypatch, args: argparse.Namespace,

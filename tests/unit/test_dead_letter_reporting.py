@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from synclib.app.metrics import ForwarderMetrics
 from synclib.app.progress import ProgressReporter, dead_letters_note
 from synclib.app.status import StatusReport, format_status
-from synclib.delta.dead_letters import REMEMBERED_BATCHES, _recent
+from synclib.dead_letters.sink import REMEMBERED_BATCHES, _recent
 from tests.unit.test_progress import progress
 
 

@@ -1,4 +1,4 @@
-"""Isolating poison rows by halving (synclib.delta.isolation): found exactly, in bounded work."""
+"""Isolating poison rows by halving (synclib.dead_letters.isolation): found exactly, in bounded work."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from synclib.delta.isolation import Key, TooManyFailures, describe, isolate, ranges_of
+from synclib.dead_letters.isolation import Key, TooManyFailures, describe, isolate, ranges_of
 from synclib.offsets import OffsetRange
 from synclib.settings import ConfigError, load_config
 

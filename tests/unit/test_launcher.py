@@ -60,6 +60,10 @@ def launch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
                  ["jobs/benchmark.py", "--config", "c.yaml", "--runs", "3", "--master", "local[1]"], id="other-job"),
     pytest.param(["jobs/dead_letters.py", "--config", "F", "list", "--where", "error_class = 'X'"], [],
                  ["jobs/dead_letters.py", "--config", "F", "list", "--where", "error_class = 'X'"], id="dead-letters"),
+    pytest.param(["dead-letters", "list", "--config", "F", "--master", "local[1]"], ["--master", "local[1]"],
+                 [str(ROOT / "jobs" / "dead_letters.py"), "list", "--config", "F"], id="dead-letters-command"),
+    pytest.param(["run", "--master", "local[1]", "--available-now"], ["--master", "local[1]"],
+                 [FORWARDER, "--available-now"], id="run-command"),
 ])
 def test_spark_submit_options_go_to_spark_submit_and_the_rest_to_the_job(
         tmp_path: Path, args: list[str], to_spark: list[str], to_job: list[str]) -> None:
@@ -98,5 +102,5 @@ def test_help_is_the_forwarders_own_without_spark(tmp_path: Path, flag: str) -> 
     assert result.returncode == 0, result.stderr
     assert to_spark == []
     assert result.stdout.startswith("synclib entry point.\n")
-    assert "usage: forwarder.py" in result.stdout and "--available-now" in result.stdout
+    assert "usage: synclib run" in result.stdout and "--available-now" in result.stdout
 

@@ -25,23 +25,27 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synclib.settings",),
     ("synclib.leader",),
     ("synclib.source", "synclib.delta"),  # siblings: neither imports the other
+    ("synclib.dead_letters",),  # the dead-letter sink over the source's rows and the Delta writers
     ("synclib.embedded",),
-    ("synclib.app", "synclib.__main__"),
+    ("synclib.app",),
+    ("synclib.cli", "synclib.__main__"),  # the command line over every command
 )
 SIBLINGS = {"synclib.source": "synclib.delta", "synclib.delta": "synclib.source"}
 SPARK = ("pyspark", "py4j")
 SPARK_MODULES = frozenset({
     "synclib.compat.pyspark", "synclib.compat.py4j",
     "synclib.kafka.reader",  # InputPartition for the source's tasks
-    "synclib.source.datasource", "synclib.delta.writer",
+    "synclib.source.datasource",
+    "synclib.delta.writer", "synclib.delta.spark_writer",  # the delta-rs and the delta-spark writer
+    "synclib.delta.engine", "synclib.delta.stream",  # choosing the writer, starting the stream
     "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.app.session",  # the job's Spark session
-    "synclib.delta.dead_letters", "synclib.delta.replay",  # the dead-letter sink, replaying dead letters
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
     "synclib.app.direct_source",  # the source on the direct write path
-    "synclib.app.batch_source",  # a micro-batch's source rows again, for the dead-letter sink
-    "synclib.app.dead_letter_commands",  # listing and replaying dead letters (a Spark job)
+    "synclib.dead_letters.sink", "synclib.dead_letters.replay",  # the dead-letter sink, replaying dead letters
+    "synclib.dead_letters.source_rows",  # a micro-batch's source rows again, for the dead-letter sink
+    "synclib.dead_letters.commands",  # listing and replaying dead letters (a Spark job)
 })
 DEV_TOOLING = ("benchmarks", "tests", "jobs")
 
@@ -140,7 +144,7 @@ def test_benchmarks_never_import_the_tests() -> None:
      "and stay independent"),
     ("synclib.kafka.admin", "from ..app.status import main",
      "synclib.kafka.admin (line 1) imports synclib.app.status.main: layer 1 (synclib.kafka) may not import "
-     "layer 6 (synclib.app)"),
+     "layer 7 (synclib.app)"),
     ("synclib.leader.tracker", "from pyspark.sql import SparkSession",
      "synclib.leader.tracker (line 1) imports pyspark.sql.SparkSession: only "),
     ("synclib.app.job", "from benchmarks import procmem",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,16 @@ def test_a_busy_port_costs_the_metrics_not_the_job(tmp_path: Path) -> None:
         assert not ForwarderMetrics().serve(port, "127.0.0.1")
     finally:
         first.close()
+
+
+def test_the_documented_metrics_are_the_served_ones() -> None:
+    """docs/operations/monitoring.md's table names every series the endpoint serves, and no other."""
+    metrics = ForwarderMetrics(clock=lambda: NOW)
+    metrics.observe([progress(0)], status(), {"events": 2}, gate_latencies=[(0.2, 1)])
+    metrics.maintenance_run()
+    served = {family.name for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
+    page = (Path(__file__).parents[2] / "docs" / "operations" / "monitoring.md").read_text()
+    named = re.findall(r"^\| `(synclib_[^`{]+)[^`]*` \|", page, re.M)
+    documented = {name.removesuffix("_total") for name in named}
+
+    assert documented == served

@@ -55,7 +55,7 @@ def test_progress_before_the_first_planning_and_with_malformed_commit_log_messag
 
 
 def test_the_summary_compares_what_was_written_with_what_the_leader_committed() -> None:
-    summary = TableSummary(version=3, rows=30, app_id="synclib-q", batch_id=3,
+    summary = TableSummary(path="/t", version=3, rows=30, app_id="synclib-q", batch_id=3,
                            offsets={("events", 0): 20, ("events", 1): 10})
     state = PlannerStatus.parse(json.dumps({"partitions": [
         {"topic": "events", "partition": 0, "state": "LOCAL_BEHIND", "follower_offset": 18,
@@ -107,7 +107,7 @@ def test_hundreds_of_partitions_list_the_stale_and_most_held_back_and_summarise_
 
 def test_the_summary_of_hundreds_of_partitions_lists_the_most_held_back() -> None:
     state = many(64)
-    summary = TableSummary(version=1, rows=6400, app_id="synclib-q", batch_id=1,
+    summary = TableSummary(path="/t", version=1, rows=6400, app_id="synclib-q", batch_id=1,
                            offsets={(p.topic, p.partition): 100 for p in state.partitions})
 
     lines = format_summary("/t", summary, state, "done", rows=3).splitlines()

@@ -12,8 +12,9 @@ import pytest
 from deltalake import DeltaTable
 
 from synclib import spark_checkpoint
+from synclib.delta.commits import ReplayMismatch
 from synclib.delta.table import read_table_offsets
-from synclib.delta.writer import AddedFiles, DeltaStreamWriter, ReplayMismatch
+from synclib.delta.writer import AddedFiles, DeltaStreamWriter
 from synclib.spark_checkpoint import RunMarker, RunSuperseded, check_run, current_run, start_run, superseded
 from tests.spark.test_sink import KAFKA_SCHEMA, fake_checkpoint
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from synclib.locations import normalize_location
+from synclib.locations import hadoop_location, normalize_location
 from synclib.settings import ConfigError, load_config
 from synclib.settings.storage import S3Config, is_s3
 
@@ -76,6 +76,35 @@ def test_settings_that_cannot_work_name_the_setting(
     assert problem is not None and problem[0] == setting
 
 
+LOCAL = "http://127.0.0.1:9000"
+
+
+@pytest.mark.parametrize(("storage", "environ", "allowed"), [
+    pytest.param({}, {"AWS_ENDPOINT_URL": LOCAL, "AWS_ALLOW_HTTP": "true"}, True, id="environment-only"),
+    pytest.param({"endpoint": LOCAL}, {"AWS_ALLOW_HTTP": "TRUE"}, True, id="endpoint-in-file"),
+    pytest.param({}, {"AWS_ENDPOINT_URL": LOCAL, "AWS_ALLOW_HTTP": "1"}, True, id="one"),
+    pytest.param({}, {"AWS_ENDPOINT_URL": LOCAL, "AWS_ALLOW_HTTP": "false"}, False, id="variable-false"),
+    pytest.param({}, {"AWS_ENDPOINT_URL": LOCAL}, False, id="neither"),
+    pytest.param({"allow_http": False}, {"AWS_ENDPOINT_URL": LOCAL, "AWS_ALLOW_HTTP": "true"}, False,
+                 id="file-false-wins"),
+    pytest.param({"allow_http": True}, {"AWS_ENDPOINT_URL": LOCAL, "AWS_ALLOW_HTTP": "false"}, True,
+                 id="file-true-wins"),
+])
+def test_aws_allow_http_in_the_environment_counts_as_the_setting(
+        tmp_path: Path, storage: dict[str, object], environ: dict[str, str], allowed: bool) -> None:
+    """An http:// endpoint is allowed by `storage.s3.allow_http` or, when the file leaves it unset, by
+    `AWS_ALLOW_HTTP` as delta-rs reads it; with neither the one line names both."""
+    s3 = load(tmp_path, storage)
+
+    assert s3.environment(environ)["AWS_ALLOW_HTTP"] == str(allowed).lower()
+    problem = s3.problem(environ)
+    if allowed:
+        assert problem is None
+    else:
+        assert problem == ("storage.s3.allow_http", f"the endpoint {LOCAL} is plain HTTP: set it (or "
+                                                    "AWS_ALLOW_HTTP) true for a local server")
+
+
 def test_a_bad_endpoint_is_refused_when_the_file_is_read(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"storage\.s3\.endpoint: expected an http:// or https:// URL"):
         load(tmp_path, {"endpoint": "127.0.0.1:9000"})
@@ -95,3 +124,11 @@ def test_s3a_locations_are_read_as_s3() -> None:
     assert normalize_location("s3a://bucket/checkpoint") == "s3://bucket/checkpoint"
     assert normalize_location("s3://bucket/table") == "s3://bucket/table"
     assert is_s3("s3a://b/x") and is_s3("S3://b/x") and not is_s3("gs://b/x") and not is_s3("/tmp/x")
+
+
+def test_spark_gets_an_s3_checkpoint_as_s3a() -> None:
+    """Hadoop's FileContext (Spark's checkpoint managers) binds S3A to `s3a://` only."""
+    assert hadoop_location("s3://bucket/checkpoint") == hadoop_location("s3a://bucket/checkpoint") == \
+        "s3a://bucket/checkpoint"
+    assert hadoop_location("gs://bucket/checkpoint") == "gs://bucket/checkpoint"
+    assert hadoop_location("relative/checkpoint") == normalize_location("relative/checkpoint")

@@ -2,7 +2,7 @@
 
 Pure arithmetic over the batch's Kafka offsets, no Spark: `isolate` halves a failing batch
 until each failure is pinned to one offset, asking a caller-supplied `evaluate` whether the
-transform raises on a set of offset ranges (`synclib.delta.dead_letters` runs the transform on
+transform raises on a set of offset ranges (`synclib.dead_letters.sink` runs the transform on
 those rows with Spark's `noop` writer). A part of the batch is handed over as one contiguous
 offset range per partition, so a filter on it stays short whatever the batch's size.
 

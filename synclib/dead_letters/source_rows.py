@@ -1,6 +1,6 @@
 """A micro-batch's source rows again, by the offsets Spark logged for it: the rows the
 dead-letter sink isolates poison rows in and takes dead letters from
-(`synclib.delta.dead_letters.SourceRows`), read only when a batch has dead letters."""
+(`synclib.dead_letters.sink.SourceRows`), read only when a batch has dead letters."""
 
 from __future__ import annotations
 

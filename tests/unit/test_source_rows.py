@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from synclib.app.batch_source import MicroBatchSourceRows
+from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.spark_checkpoint import CheckpointError
 
 OPTIONS = {"kafka.bootstrap.servers": "k:9092", "subscribe": "events", "commitLogTopic": "log",

@@ -1,7 +1,5 @@
-"""Listing dead letters and replaying them into the main table after the transform is fixed.
-
-    ./spark-submit.sh jobs/dead_letters.py --config FILE list [--where SQL]
-    ./spark-submit.sh jobs/dead_letters.py --config FILE replay [--where SQL] [--dry-run]
+"""Listing dead letters and replaying them into the main table after the transform is fixed
+(the commands: `synclib.dead_letters.commands`).
 
 A replay reads the dead-letter table (delta-rs), keeps the rows `--where` selects that the main
 table does not hold yet (by topic, partition and offset), runs the configured transform on their
@@ -22,12 +20,13 @@ from deltalake import write_deltalake
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from synclib.dead_letters.isolation import describe
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform
 from synclib.delta import commit_lock
 from synclib.delta.batch_writes import DeltaTarget
-from synclib.delta.dead_letters import DeadLetterBatches, Limits, Transform
-from synclib.delta.isolation import describe
 from synclib.delta.table import DATE_COLUMN, open_table, read_arrow
 from synclib.delta.writer import arrow_schema
+from synclib.errors import first_line
 from synclib.locations import normalize_location
 from synclib.settings.values import DELTA_SPARK
 
@@ -88,8 +87,7 @@ def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, 
                                     Limits(max_fraction=1.0, max_rows=max(rows, 1)),
                                     source_rows=lambda _spark, _batch: raw, partition_by_date=partition_by_date)
         _, keys, poison = batches.isolate_poison(raw, None) if rows else (0, [], [])
-        failing = {f.key: f"{f.error_class}: {f.message.strip().splitlines()[0] if f.message.strip() else ''}"
-                   for f in poison}
+        failing = {f.key: f"{f.error_class}: {first_line(f.message)}" for f in poison}
         good = raw.where(~_keys_in(list(failing))) if failing else raw
         if error_column is not None and rows:
             for r in batches.rejected_rows(good, []).collect():

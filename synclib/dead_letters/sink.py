@@ -1,5 +1,4 @@
-"""Dead letters: rows the transform rejects or raises on go to a second Delta table, so one
-poison event does not stop the forwarder.
+"""The dead-letter sink: the main table and the dead-letter table written from `foreachBatch`.
 
 With `sink.dead_letters.enabled` the job writes through `foreachBatch` (both engines). The
 transform runs in the streaming plan, as without dead letters, so `foreachBatch` receives each
@@ -13,7 +12,7 @@ micro-batch transformed, and a batch with nothing to divert costs one write:
    read of the source by the offsets Spark logged for the batch). If the write failed, the
    transform is evaluated on them with Spark's `noop` writer (nothing written): all of them
    first (success means the failure was not the transform's, and it is raised as it was),
-   then halves, down to single rows (`synclib.delta.isolation`). The rows it raises on are
+   then halves, down to single rows (`synclib.dead_letters.isolation`). The rows it raises on are
    poison; the others go to the main table in one commit.
 3. The dead letters (rejected and poison rows: source columns, error class and message,
    batch id, app id, time) go to the dead-letter table in one commit carrying the same
@@ -31,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark import StorageLevel
@@ -50,8 +49,7 @@ from pyspark.sql.types import (
 )
 
 from synclib import spark_checkpoint
-from synclib.delta.batch_writes import DeltaBatchSink, DeltaTarget
-from synclib.delta.isolation import (
+from synclib.dead_letters.isolation import (
     MESSAGE_CHARS,
     Error,
     Failure,
@@ -61,18 +59,12 @@ from synclib.delta.isolation import (
     error_of,
     isolate,
 )
+from synclib.delta.batch_writes import DeltaTarget
+from synclib.delta.stream import BatchSink, DeltaStream, start_delta_stream, utc_date
 from synclib.delta.table import DATE_COLUMN
-from synclib.delta.writer import (
-    DeltaStream,
-    check_table_layout,
-    fit_delta_to_local_master,
-    fit_delta_to_object_store,
-    resolve_engine,
-    utc_date,
-)
+from synclib.errors import first_line
 from synclib.locations import normalize_location
 from synclib.offsets import OffsetRange
-from synclib.settings.values import DELTA_SPARK
 
 logger = logging.getLogger(__name__)
 
@@ -238,14 +230,14 @@ class DeadLetterBatches:
                 raise failure
             return len(keys), keys, []
         logger.warning("the transform fails on the batch (%s: %s); isolating the rows it fails on",
-                       everything[0], everything[1].splitlines()[0] if everything[1] else "")
+                       everything[0], first_line(everything[1]))
         try:
             poison = isolate(keys, lambda ranges: self._evaluate(raw, ranges), self.limits.max_rows, everything)
         except TooManyFailures as exc:
             raise DeadLetterLimitExceeded(
                 f"more than sink.dead_letters.max_rows ({exc.limit}) rows of the batch covering "
                 f"{describe(keys)} fail the transform, e.g. at {_where(exc.found[0])}: "
-                f"{exc.found[0].error_class}: {_first_line(exc.found[0].message)}") from None
+                f"{exc.found[0].error_class}: {first_line(exc.found[0].message)}") from None
         return len(keys), keys, poison
 
     def _evaluate(self, raw: DataFrame, ranges: Sequence[OffsetRange] | None) -> Error | None:
@@ -271,7 +263,7 @@ class DeadLetterBatches:
         if failed == 0 or (failed <= self.limits.max_fraction * rows and failed <= self.limits.max_rows):
             return
         example = f", e.g. at {_where(examples[0])}: {examples[0].error_class}: " \
-                  f"{_first_line(examples[0].message)}" if examples else ""
+                  f"{first_line(examples[0].message)}" if examples else ""
         covers = describe(keys) if keys else "its offsets (see the line below)"
         raise DeadLetterLimitExceeded(
             f"batch {batch_id}: {failed} of {rows} rows fail the transform, more than "
@@ -334,18 +326,12 @@ def _where(failure: Failure) -> str:
     return f"{failure.topic}[{failure.partition}] offset {failure.offset}"
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream: DeltaStream, *,
                             dead_letters_path: str, error_column: str | None, limits: Limits,
                             source_rows: SourceRows) -> tuple[StreamingQuery, DeadLetterBatches]:
     """Start the streaming `raw` (the source's rows) through `transform` into the Delta table of
     `stream`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
     reads a micro-batch's rows of `raw` again (see the module docstring)."""
-    spark = raw.sparkSession
-    chosen = resolve_engine(spark, stream.engine)
     transformed = transform(raw) if transform is not None else raw
     if error_column is not None:
         missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
@@ -353,20 +339,14 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream:
             raise ValueError(f"sink.dead_letters.error_column {error_column!r}: the transform's output "
                              f"must have it{' and ' + ', '.join(missing) if missing else ''} "
                              "(rows it rejects are traced to their Kafka offsets)")
-    columns = stream.partition_columns([c for c in transformed.columns if c != error_column])
     dead_path = normalize_location(dead_letters_path)
-    main = DeltaTarget(chosen, stream.table_path, stream.checkpoint, tuple(columns), stream.log_checkpoints,
-                       stream.run_id)
-    dead = DeltaTarget(chosen, dead_path, stream.checkpoint, (), True, stream.run_id)
-    batches = DeadLetterBatches(main, dead, transform, error_column, limits, source_rows, stream.partition_by_date)
-    streamed = batches.streamed(raw)
-    if chosen == DELTA_SPARK:
-        fit_delta_to_local_master(spark)
-        fit_delta_to_object_store(spark, stream.table_path)
-    else:
-        check_table_layout(stream.table_path, batches.kept(streamed).schema, columns)
-        check_table_layout(dead_path, SCHEMA, ())
-        spark.dataSource.register(DeltaBatchSink)
-    logger.info("writing %s with %s (partitioned by %s), dead letters to %s, checkpoint %s", stream.table_path,
-                chosen, columns or "nothing", dead_path, stream.checkpoint)
-    return stream.writer(streamed).foreachBatch(batches).start(), batches
+    made: list[DeadLetterBatches] = []
+
+    def batches(main: DeltaTarget) -> DeadLetterBatches:
+        dead = replace(main, path=dead_path, partition_by=(), log_checkpoints=True)
+        made.append(DeadLetterBatches(main, dead, transform, error_column, limits, source_rows,
+                                      stream.partition_by_date))
+        return made[-1]
+
+    sink = BatchSink(batches, {dead_path: SCHEMA}, () if error_column is None else (error_column,))
+    return start_delta_stream(transformed, stream, sink=sink), made[-1]

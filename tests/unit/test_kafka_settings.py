@@ -1,3 +1,6 @@
+"""The `kafka.*` options mapped to kafka-python client settings (synclib/settings/kafka.py), and the
+isolation level read back from them (synclib/kafka/client_config.py)."""
+
 import pytest
 
 from synclib.kafka.client_config import isolation_level

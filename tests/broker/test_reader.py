@@ -1,6 +1,7 @@
-"""Transactional topics: control markers take offsets, so a partition has gaps and may end in
-a marker; the read path must still reach the planner's end. With `kafka.isolation.level`
-read_committed, aborted records are skipped and the planner stops at the last stable offset.
+"""The read path (synclib/kafka/reader.py) on transactional topics: control markers take offsets, so
+a partition has gaps and may end in a marker; the read path must still reach the planner's end. With
+`kafka.isolation.level` read_committed, aborted records are skipped and the planner stops at the last
+stable offset. A task of a few rows per partition fetches about those rows (the fetch sizing).
 
 Tansu 0.6 (the embedded broker) keeps no aborted-transaction index: its fetch responses carry an
 empty aborted-transactions list under read_committed, so aborted records come back, and its
@@ -13,16 +14,18 @@ The read_committed test runs on Apache Kafka (the default test broker, 4.4, and 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from synclib.kafka import reader
 from synclib.kafka.reader import KafkaInputPartition, read_partition
 from synclib.offsets import OffsetRange
 from synclib.schema import output_schema
 from tests import mock_cluster
-from tests.librdkafka import Record, produce_burst, transaction, transactional_producer
+from tests.librdkafka import Record, produce_burst, producer, transaction, transactional_producer
 from tests.support import high_watermarks
 
 SCHEMA = output_schema(include_headers=True)
@@ -100,3 +103,34 @@ def test_read_committed_skips_aborted_records_and_stops_at_the_last_stable_offse
     assert end == open_transaction[-1].offset + 2  # its records and its marker
     offsets, _ = read(bootstrap_servers, topic, stable, end, "read_committed")
     assert offsets == [p.offset for p in open_transaction]
+
+
+@pytest.mark.requires_kafka("the fetch sizes per partition: Tansu returned 736 of the 800 rows past the ranges "
+                            "whatever the sizes, librdkafka's mock cluster a batch per partition and fetch")
+def test_a_task_of_a_few_rows_per_partition_fetches_about_those_rows_not_the_partitions_to_their_ends(
+        bootstrap_servers: str, admin: Any, fresh_process: None) -> None:
+    """As a micro-batch behind a leader reads: each partition holds far more than its range, in
+    single-record batches (a live producer spread over many partitions writes so). Once a worker
+    knows the bytes per row, each fetch asks for the rows the task has left, not 4 MiB."""
+    topic, partitions, rows, few = f"sized-{uuid.uuid4().hex[:8]}", 8, 200, 5
+    admin.create(topic, partitions)
+    kafka = producer(bootstrap_servers, batch_num_messages=1)
+    produced = {p: produce_burst(kafka, topic, p, [Record(f"k{i}".encode(), b"v" * 500, []) for i in range(rows)])
+                for p in range(partitions)}
+    config = {"bootstrap_servers": [bootstrap_servers]}
+
+    def task(start: int, end: int) -> tuple[pa.Table, int]:
+        """The rows of [start, end) of every partition, and how many rows the task decoded."""
+        before = reader.cached_consumer(config).fetched_rows
+        ranges = [OffsetRange(topic, p, produced[p][start].offset, produced[p][end].offset) for p in produced]
+        batches = list(read_partition(KafkaInputPartition(ranges), config, SCHEMA, include_headers=True,
+                                      fail_on_data_loss=True, poll_timeout_ms=200, stall_timeout_s=20))
+        return pa.Table.from_batches(batches, SCHEMA), reader.cached_consumer(config).fetched_rows - before
+
+    _, first = task(0, few)  # a new worker: the configured limits, each partition read to its end
+    table, decoded = task(100, 100 + few)
+
+    assert first == partitions * rows
+    got = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+    assert sorted(got) == sorted((p, record.offset) for p in produced for record in produced[p][100:100 + few])
+    assert decoded <= partitions * few * 4, f"decoded {decoded} rows for {partitions * few}"  # unsized: 800

@@ -1,4 +1,4 @@
-"""The status contract shared by the planner, the console output and the status command."""
+"""The status contract (synclib/source/status.py) shared by the planner, the console output and the status command."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from synclib.source.state import LOCAL_BEHIND, UNKNOWN
 from synclib.source.status import (
     CommitLogStatus,
     PartitionStatus,
+    PlannedBatch,
+    PlannerEvent,
     PlannerStatus,
     StatusFormatError,
     group_offsets,
@@ -29,6 +31,8 @@ FULL = PlannerStatus(
     ),
     commit_log=CommitLogStatus(applied=3, skipped_malformed=1, last_commit_time={"snuba": 1767261599.0},
                                last_error="KafkaTimeoutError: no answer"),
+    batches=(PlannedBatch({"events": {"0": 8, "1": 3}}, ((1767261599.25, 2), (1767261599.5, 1))),),
+    events=(PlannerEvent(7, 1767261600.0, "INFO", "synclib.source.datasource", "events[0]: UNKNOWN -> LOCAL_BEHIND"),),
 )
 
 

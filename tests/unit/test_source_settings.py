@@ -1,10 +1,9 @@
-"""The one settings model: YAML -> Spark options -> model round trip, Spark option errors, layering."""
+"""The source's settings (synclib/settings/source.py), one model for the YAML `source:` section and the
+Spark options: YAML -> Spark options -> model round trip, Spark option errors."""
 
 import json
 import logging
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,8 @@ OPTION_NAMES = {
     "startingOffsets", "initialOffsetReset", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     "staleAfter", "brokerTimeout", "commitLogTimeout", "readStallTimeout", "commitToConsumerGroup",
     "publishCommitLog", "remoteOffsets", "statusFile", "initialOffsetsFile", "runId", "runCheckpoint",
-    "endingOffsets", "pollTimeoutMs", "remotePollInterval", "kafka.bootstrap.servers",
+    "endingOffsets", "pollTimeoutMs", "remotePollInterval", "awaitLeaderCommits", "minBatchInterval",
+    "kafka.bootstrap.servers",
 }
 
 
@@ -194,20 +194,3 @@ def test_yaml_only_rule_starting_offsets_of_an_unsubscribed_topic(tmp_path):
     with pytest.raises(ValueError, match=re.escape("source.starting_offsets: topic 'other' is not subscribed")):
         yaml_config(tmp_path, {"subscribe": "events", "commit_log_topic": "log", "commit_groups": ["g"],
                                "starting_offsets": offsets})
-
-
-def test_settings_import_no_spark_and_no_higher_layer():
-    code = ("import sys, synclib.settings; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark' or m.split('.')[:2] in "
-            "(['synclib', 'leader'], ['synclib', 'source'], ['synclib', 'delta'], ['synclib', 'app'], "
-            "['synclib', 'embedded'])))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
-
-
-def test_a_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
-    path = tmp_path / "forwarder.yaml"
-    path.write_text("kafka: {bootstrap_servers: 'k:9092'}\nsource: {subscribe: events, 1: x}\n"
-                    "sink: {path: x}\ncheckpoint: {location: c}\n")
-    with pytest.raises(ValueError, match=re.escape(f"{path}: source.1: unknown key (known keys: assign, ")):
-        load_config(path)

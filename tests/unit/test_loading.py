@@ -1,6 +1,8 @@
-"""YAML config: the shipped files, --set overrides, ${ENV} expansion, one clear error per mistake."""
+"""The job's YAML file read into a `ForwarderConfig` (synclib/settings/loading.py, with the sections of
+synclib/settings/job.py): the shipped files, --set overrides, ${ENV} expansion, one clear error per mistake."""
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +110,8 @@ def test_local_yaml_is_the_embedded_default(tmp_path, monkeypatch):
         "brokerTimeout": "120",
         "commitLogTimeout": "120",
         "readStallTimeout": "120",
+        "awaitLeaderCommits": "true",
+        "minBatchInterval": "0.4",
     }
     with pytest.raises(ValueError, match="embedded broker"):
         config.source_options("embedded")
@@ -170,7 +174,7 @@ def test_overrides_are_parsed_as_yaml(tmp_path):
         "sink.engine=delta-rs",
         "source.commit_groups=[a, b]",
         "source.include_headers=true",
-        "trigger.available_now=true",
+        "trigger.mode=processing_time",
         "trigger.processing_time=250ms",
         "kafka.options.max.poll.records=100",
         "transform=my.pkg:enrich",
@@ -179,14 +183,15 @@ def test_overrides_are_parsed_as_yaml(tmp_path):
     assert config.source.max_offsets_per_trigger == 500
     assert config.sink.engine == "delta-rs"
     assert config.source.commit_groups == ("a", "b")
-    assert config.source.include_headers and config.trigger.available_now
-    assert config.trigger.processing_time == 0.25
+    assert config.source.include_headers
+    assert config.trigger.spark_trigger == {"processingTime": "250 milliseconds"}
     assert config.kafka.options == {"max.poll.records": "100"}
     assert config.transform == "my.pkg:enrich"
     options = config.source_options("k:9092")
     assert options["maxOffsetsPerTrigger"] == "500"
     assert options["synchronizeCommitGroups"] == "a,b"
     assert options["kafka.max.poll.records"] == "100"
+    assert "awaitLeaderCommits" not in options  # the source waits for the leader only in mode leader
 
 
 def test_override_switches_local_yaml_to_a_real_broker(tmp_path):
@@ -321,6 +326,11 @@ BAD_CONFIGS = [
     ("bad assign", {"source.subscribe": DELETE, "source.assign": "{\"events\": [0, 0]}"}, "source.assign",
      "distinct partition numbers"),
     ("bad duration", {"trigger.processing_time": "fast"}, "trigger.processing_time", "expected a duration"),
+    ("negative interval", {"trigger.min_interval": "-1s"}, "trigger.min_interval", "expected a duration"),
+    ("unknown trigger mode", {"trigger.mode": "asap"}, "trigger.mode",
+     "expected one of 'leader', 'processing_time', 'available_now'"),
+    ("interval of another mode", {"trigger.processing_time": "1s"}, "trigger.processing_time",
+     "only used with trigger.mode: processing_time (the mode is leader)"),
     ("duration without unit", {"logging.progress_interval": 5}, "logging.progress_interval", "expected a duration"),
     ("zero duration", {"source.stale_after": "0s"}, "source.stale_after", "positive duration"),
     ("two subscriptions", {"source.assign": '{"events": [0]}'}, "source.assign",
@@ -447,3 +457,20 @@ def test_the_effective_configuration_is_a_line_per_section(tmp_path):
 def test_config_module_does_not_import_spark():
     code = "import sys, synclib.settings; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_settings_import_no_spark_and_no_higher_layer():
+    code = ("import sys, synclib.settings; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark' or m.split('.')[:2] in "
+            "(['synclib', 'leader'], ['synclib', 'source'], ['synclib', 'delta'], ['synclib', 'app'], "
+            "['synclib', 'embedded'])))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
+    path = tmp_path / "forwarder.yaml"
+    path.write_text("kafka: {bootstrap_servers: 'k:9092'}\nsource: {subscribe: events, 1: x}\n"
+                    "sink: {path: x}\ncheckpoint: {location: c}\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: source.1: unknown key (known keys: assign, ")):
+        load_config(path)

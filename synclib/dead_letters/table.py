@@ -1,5 +1,5 @@
 """What the dead-letter table (`sink.dead_letters`) holds, read with delta-rs (no Spark): for the
-status command. The table and how it is written: `synclib.delta.dead_letters`."""
+status command. The table and how it is written: `synclib.dead_letters.sink`."""
 
 from __future__ import annotations
 

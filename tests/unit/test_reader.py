@@ -1,4 +1,5 @@
-"""Task planning of the read path: small ranges packed into few tasks, large ranges split."""
+"""Task planning of the read path (synclib/kafka/reader.py; reading on a broker: tests/broker/test_reader.py
+and tests/broker/test_arrow_records.py): small ranges packed into few tasks, large ranges split."""
 
 from __future__ import annotations
 

@@ -1,0 +1,161 @@
+"""Recorded benchmark results: the one home of the figures the docs' tables show.
+
+`./spark-submit.sh jobs/benchmark.py ... --record NAME` keeps what a run measured (its command,
+date, machine, load and figures) in `benchmarks/results/NAME.json`, committed with the code; runs
+of the same command accumulate, so a table shows their medians. `python -m benchmarks.records`
+renders every table a page marks with `<!-- results: NAME -->` ... `<!-- /results -->` from the
+record NAME, and tests/unit/test_records.py fails while a page differs from its records: a
+figure is typed nowhere, and a table and the run it comes from cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from synclib.settings.values import parse_duration
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+COMMAND = "python -m benchmarks.records"
+MARKED = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+
+
+def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run of the benchmark's latency and floor phases measured, for the record."""
+    env = results["environment"]
+    median = results.get("median") or {}
+    triggers: dict[str, dict[str, Any]] = {}
+    for label, latency in (median.get("latency") or {}).items():
+        triggers.setdefault(label, {}).update(gate_p50_s=latency.get("p50_s"), gate_p99_s=latency.get("p99_s"))
+    for label, floor in (results.get("floor") or {}).items():
+        triggers.setdefault(label, {}).update(_floor(floor))
+    peer = next(iter((results.get("floor_spark_kafka") or {}).items()), None)
+    spark_floor = results.get("floor_spark") or {}
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", env["load_avg"])[0], 2)],
+        "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")},
+        "triggers": triggers,
+        "spark_kafka": None if peer is None else {"trigger": peer[0], **_floor(peer[1])},
+        "spark_floor_ms": spark_floor.get("triggerExecution"),
+    }
+
+
+def _floor(floor: Mapping[str, Any]) -> dict[str, Any]:
+    if "error" in floor:
+        return {}
+    latency, one_row, idle = floor.get("latency") or {}, floor.get("one_row_ms") or {}, floor.get("idle_cpu_s_per_s")
+    return {"one_row_p50_s": latency.get("p50_s"), "one_row_p99_s": latency.get("p99_s"),
+            "one_row_batch_ms": None if "triggerExecution" not in one_row
+            else one_row["triggerExecution"] - one_row.get("latestOffset", 0),
+            "idle_cpu_s_per_s": None if not idle else round(sum(idle.values()), 4)}
+
+
+def record(name: str, command: str, results: Mapping[str, Any], directory: Path = RESULTS) -> Path:
+    """Add this run to record `name` (a record of another command is replaced)."""
+    path = directory / f"{name}.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    runs = kept.get("runs", []) if kept.get("command") == command else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": command, "runs": [*runs, summarize(results)]}, indent=1) + "\n")
+    return path
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _cell(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{format(value, spec)}{unit}"
+
+
+def provenance(kept: Mapping[str, Any]) -> str:
+    """`` `COMMAND` ``, medians of N runs on DATE, load A-B, MACHINE."""
+    runs = kept["runs"]
+    dates = sorted({run["date"][:10] for run in runs})
+    loads = [load for run in runs for load in run["load"]]
+    machine = runs[-1]["machine"]
+    return (f"`{kept['command']}`: medians of {len(runs)} run{'s' if len(runs) > 1 else ''} on "
+            f"{' to '.join(dates[::max(1, len(dates) - 1)])}, load {min(loads):.1f}-{max(loads):.1f}, "
+            f"{machine['cpus']} CPUs, {machine['memory_gib']} GiB, PySpark {machine['pyspark']}, "
+            f"{machine['spark_master']}")
+
+
+def _trigger_order(label: str) -> tuple[int, float]:
+    """`leader` first, then intervals from the shortest."""
+    return (0, 0.0) if label == "leader" else (1, parse_duration(label))
+
+
+def triggers_table(kept: Mapping[str, Any]) -> str:
+    """Per trigger: gate latency under flow, the one-row latency and batch, idle CPU; then Spark's
+    Kafka source and Spark's own query at their best trigger."""
+    runs = kept["runs"]
+
+    def med(key: str, label: str, part: str = "triggers") -> float | None:
+        return _median([(run.get(part) or {}).get(label, {}).get(key) if part == "triggers"
+                        else (run.get(part) or {}).get(key) for run in runs])
+
+    rows = ["| trigger | gate latency p50 / p99 | one-row latency p50 / p99 | one-row batch | idle CPU |",
+            "|---|---|---|---|---|"]
+    for label in sorted(runs[-1]["triggers"], key=_trigger_order):
+        name = "`leader` (the default)" if label == "leader" else f"`processing_time` {label}"
+        rows.append(f"| {name} | {_cell(med('gate_p50_s', label), '.2f')} / {_cell(med('gate_p99_s', label), '.2f')} s"
+                    f" | {_cell(med('one_row_p50_s', label), '.3f')} / {_cell(med('one_row_p99_s', label), '.3f')} s"
+                    f" | {_cell(med('one_row_batch_ms', label), '.0f', ' ms')}"
+                    f" | {_cell(med('idle_cpu_s_per_s', label), '.3f', ' s/s')} |")
+    if any(run.get("spark_kafka") for run in runs):
+        trigger = runs[-1]["spark_kafka"]["trigger"]
+        rows.append(f"| Spark's Kafka source -> delta-rs at {trigger} | - | "
+                    f"{_cell(med('one_row_p50_s', '', 'spark_kafka'), '.3f')} / "
+                    f"{_cell(med('one_row_p99_s', '', 'spark_kafka'), '.3f')} s | "
+                    f"{_cell(med('one_row_batch_ms', '', 'spark_kafka'), '.0f', ' ms')} | "
+                    f"{_cell(med('idle_cpu_s_per_s', '', 'spark_kafka'), '.3f', ' s/s')} |")
+    spark_floor = _median([run.get("spark_floor_ms") for run in runs])
+    if spark_floor is not None:
+        rows.append(f"| Spark alone: rate -> Parquet at 0ms | - | - | {spark_floor:.0f} ms | - |")
+    return "\n".join(rows)
+
+
+RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {"triggers": triggers_table}
+
+
+def render(name: str, directory: Path = RESULTS) -> str:
+    """The marked region's body: the table of record `name` and where its figures come from."""
+    table_kind, _, record_name = name.partition("-")
+    kept = json.loads((directory / f"{record_name or table_kind}.json").read_text())
+    return f"{RENDERERS[table_kind](kept)}\n\n{provenance(kept)}.\n"
+
+
+def update(text: str, directory: Path = RESULTS) -> str:
+    """`text` with every marked region rendered again from the records."""
+    return MARKED.sub(lambda m: m[1] + render(m["name"], directory) + m[4], text)
+
+
+def pages() -> list[Path]:
+    """The documentation's pages."""
+    return sorted((ROOT / "docs").rglob("*.md"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    pages_given = [Path(p) for p in argv] if argv else pages()
+    for page in pages_given:
+        text = page.read_text(encoding="utf-8")
+        updated = update(text)
+        if updated != text:
+            page.write_text(updated, encoding="utf-8")
+            print(f"updated {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+"""Recorded benchmark results and the docs' tables rendered from them (benchmarks/records.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import records
+
+
+def results(load: float, gate_p50: float, one_row_ms: int) -> dict:
+    """The parts of a benchmark run's results JSON a record keeps."""
+    floor = {"latency": {"p50_s": gate_p50 / 2, "p99_s": gate_p50}, "idle_cpu_s_per_s": {"jvm": 0.01, "driver": 0.02},
+             "one_row_ms": {"triggerExecution": one_row_ms + 500, "latestOffset": 500}}
+    return {"environment": {"load_avg": [load, 0, 0], "load_avg_end": [load + 1, 0, 0], "cpus": 2, "memory_gib": 23.5,
+                            "python": "3.11.7", "pyspark": "4.2.0", "spark_master": "local[2]"},
+            "median": {"latency": {"400ms": {"p50_s": 0.4, "p99_s": 0.7}, "leader": {"p50_s": gate_p50, "p99_s": 0.4}}},
+            "floor": {"leader": floor},
+            "floor_spark_kafka": {"0ms": {**floor, "latency": {"p50_s": 0.2, "p99_s": 0.3}}},
+            "floor_spark": {"triggerExecution": 150}}
+
+
+def test_runs_of_one_command_accumulate_and_the_table_shows_their_medians(tmp_path: Path) -> None:
+    command = "./spark-submit.sh jobs/benchmark.py --runs 1"
+    for load, p50, one_row in ((0.5, 0.2, 180), (1.0, 0.3, 200), (0.7, 0.25, 190)):
+        records.record("triggers", command, results(load, p50, one_row), tmp_path)
+    assert len(json.loads((tmp_path / "triggers.json").read_text())["runs"]) == 3
+
+    body = records.render("triggers", tmp_path)
+
+    lines = body.splitlines()
+    assert lines[2] == "| `leader` (the default) | 0.25 / 0.40 s | 0.125 / 0.250 s | 190 ms | 0.030 s/s |"
+    assert lines[3] == "| `processing_time` 400ms | 0.40 / 0.70 s | - / - s | - | - |"
+    assert lines[4].startswith("| Spark's Kafka source -> delta-rs at 0ms | - | 0.200 / 0.300 s | 190 ms")
+    assert lines[5] == "| Spark alone: rate -> Parquet at 0ms | - | - | 150 ms | - |"
+    assert lines[-1].startswith(f"`{command}`: medians of 3 runs on ") and "load 0.5-2.0, 2 CPUs" in lines[-1]
+    records.record("triggers", command + " --runs 2", results(3.0, 1.0, 900), tmp_path)  # another command: anew
+    assert len(json.loads((tmp_path / "triggers.json").read_text())["runs"]) == 1
+
+
+def test_the_pages_tables_are_their_records() -> None:
+    for page in records.pages():
+        text = page.read_text(encoding="utf-8")
+        assert records.update(text) == text, f"{page}: a results table differs from its record: run `{records.COMMAND}`"
+
+
+def test_the_command_a_record_names_leaves_out_where_outputs_went() -> None:
+    from benchmarks.benchmark import recorded_command
+
+    assert recorded_command(["--runs", "3", "--record", "triggers", "--output=/tmp/x.json", "--workdir", "/w",
+                             "--floor-triggers", "leader"]) == (
+        "./spark-submit.sh jobs/benchmark.py --runs 3 --floor-triggers leader")
