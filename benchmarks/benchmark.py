@@ -60,6 +60,7 @@ from typing import Any
 
 from benchmarks import floor, object_store_cost, records, report, spark_floor
 from benchmarks.cluster import Cluster
+from benchmarks.delay_proxy import DelayProxyProcess
 from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
@@ -136,6 +137,10 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
                         help="object-store phase: one-row batches counted per engine (default: %(default)s)")
     parser.add_argument("--cost-idle", type=float, default=10.0,
                         help="object-store phase: idle seconds counted per engine (default: %(default)s)")
+    parser.add_argument("--request-delay-ms", type=float, default=20.0,
+                        help="object-store phase: also measure the floor with each S3 request held this long by a "
+                        "proxy (benchmarks/delay_proxy.py; a real bucket's request time; 0: not measured; "
+                        "default: %(default)s)")
     parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
                         "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
     args = parser.parse_args(argv)
@@ -278,11 +283,18 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
         bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid, roots,
                       **(on_s3 if args.standalone_workers else {}))
         if args.object_store:
+            assert store is not None
+            delayed = None
+            if args.request_delay_ms > 0:
+                proxy = stack.enter_context(DelayProxyProcess(store.port, args.request_delay_ms / 1000))
+                view = store.behind(proxy.port)
+                delayed = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid,
+                                roots, store=view, bucket=view.bucket("delayed"))
             results["object_store"] = object_store_cost.run(
                 spark, bench, Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid,
                                     broker_pid, roots, **on_s3),
                 args.engines, args.cost_batches, args.cost_idle, args.floor_steps, args.floor_interval,
-                _attempt, lambda partial: save({**results, "object_store": partial}))
+                _attempt, lambda partial: save({**results, "object_store": partial}), delayed, args.request_delay_ms)
             results["environment"]["load_avg_end"] = os.getloadavg()
             return results
         peer = SparkKafkaPeer(spark, {**base.kafka.client_options(), "kafka.bootstrap.servers": bootstrap},

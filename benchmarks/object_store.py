@@ -5,6 +5,7 @@ a request is (LIST, GET, PUT, ...) and whose (Spark's checkpoint, the Delta log,
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 import hmac
@@ -145,6 +146,13 @@ class S3Server:
             output = (self.directory / "s3proxy.out").read_text()[-2000:]
             raise RuntimeError(f"S3Proxy did not start: {output}") from exc
         return self
+
+    def behind(self, port: int) -> S3Server:
+        """This server as its clients reach it through a proxy on loopback port `port`
+        (`benchmarks.delay_proxy`): the same buckets and request log; not to be started or stopped."""
+        view = copy.copy(self)
+        view.port, view._process, view._output = port, None, None
+        return view
 
     def put(self, bucket: str, key: str, body: bytes, headers: dict[str, str] | None = None) -> int:
         """PUT one object with extra request headers (e.g. `If-None-Match: *`); the HTTP status of the answer."""

@@ -15,7 +15,11 @@ server (S3Proxy, benchmarks/object_store.py), per engine of `--engines`:
 3. requests of single maintenance passes (the job runs one every `sink.maintenance.interval`),
    each counted alone with the query stopped: after the batches, again with nothing new, one that
    writes a Delta log checkpoint (interval 1 for that pass), and one right after the checkpoint;
-4. the one-row floor (benchmarks/floor.py) at the config's trigger on local disk and on S3.
+4. the one-row floor (benchmarks/floor.py) at the config's trigger on local disk, on S3, and on S3
+   behind a proxy that holds each request `--request-delay-ms` (benchmarks/delay_proxy.py: the
+   test server answers in about a millisecond, a real bucket in tens), beside the requests on a
+   one-row batch's path from the leader's commit to the Delta commit (one batch runs at a time and
+   nothing else does, so they are sequential: each adds a round trip to the batch's latency).
 
 Requests are deterministic, unlike times on a shared machine; the cost per day multiplies them
 by AWS's published S3 Standard request prices (`PRICES`).
@@ -23,11 +27,13 @@ by AWS's published S3 Standard request prices (`PRICES`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from benchmarks import floor
@@ -58,8 +64,10 @@ PRICES = {"LIST": 0.005, "PUT": 0.005, "POST": 0.005, "GET": 0.0004, "HEAD": 0.0
 PRICE_SOURCE = "AWS S3 Standard request prices, US East (N. Virginia), aws.amazon.com/s3/pricing, as of 2026-11-26"
 WARMUP_BATCHES = 3  # the first batches create the table and read the checkpoint's metadata
 AFTER_CHECKPOINT = 3  # batches counted after the maintenance passes
+_COMMIT_ENTRY = re.compile(r"/_delta_log/[0-9]{20}\.json$")  # a Delta commit's log entry (its PUT commits)
 DAY_S = 86_400.0
 MAINTENANCE = "maintenance"
+DELAYED = "s3, each request delayed"  # the floor behind benchmarks.delay_proxy
 
 
 def tally(requests: Sequence[Request], table: str, checkpoint: str,
@@ -89,6 +97,13 @@ def cost_per_day(batch: Mapping[str, Mapping[str, float]], idle_per_s: Mapping[s
     return {"busy_usd": round(DAY_S * batches_per_s * dollars(batch) + passes * dollars(busy_pass), 2),
             "idle_usd": round(DAY_S * dollars(idle_per_s) + passes * dollars(idle_pass), 2),
             "batches_per_day": round(DAY_S * batches_per_s), "passes_per_day": round(passes)}
+
+
+def to_commit(requests: Sequence[Request], table: str, checkpoint: str) -> dict[str, Counter[str]]:
+    """The requests of one batch's step up to its Delta commit (the PUT of its log entry): its
+    path from the leader's commit to the commit; all of them when there is none."""
+    ends = [i for i, r in enumerate(requests) if r.method == "PUT" and _COMMIT_ENTRY.search(r.key)]
+    return tally(requests[:ends[0] + 1] if ends else requests, table, checkpoint)
 
 
 def _pass_function(spark: Any, config: ForwarderConfig) -> Callable[[], PassReport]:
@@ -178,6 +193,8 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float, 
     def by_step(step_marks: Sequence[int]) -> list[dict[str, Counter[str]]]:
         return [tally(log[start:end], table, checkpoint) for start, end in itertools.pairwise(step_marks)]
 
+    path = [to_commit(log[start:end], table, checkpoint) for start, end in itertools.pairwise(marks)]
+
     trigger_s = config.trigger.busiest_interval
     one_row = progress[WARMUP_BATCHES:WARMUP_BATCHES + batches]
     batch_s = statistics.median(batch_duration_ms(p) for p in one_row) / 1000 if one_row else 0.0
@@ -185,6 +202,9 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float, 
         "batches": batches, "idle_s": idle_s, "trigger_s": trigger_s, "batch_s_p50": round(batch_s, 3),
         "maintenance_interval_s": config.sink.maintenance.interval,
         "one_row_batch": batch, "idle_per_s": idle, "passes": passes,
+        # sequential requests from the leader's commit to the Delta commit, median over the batches
+        "to_commit": {who: statistics.median(sum(step.get(who, Counter()).values()) for step in path)
+                      for who in OWNERS},
         # per batch in order: a batch costs more as the log grows since its last checkpoint
         "steps_all": [sum(sum(by_kind.values()) for by_kind in step.values()) for step in by_step(marks)],
         "steps_delta_log_get": [step.get(DELTA_LOG, Counter())["GET"] for step in by_step(marks)],
@@ -198,11 +218,30 @@ def measure(spark: Any, bench: Bench, engine: str, batches: int, idle_s: float, 
     }
 
 
+@contextlib.contextmanager
+def _storage_of(spark: Any, bench: Bench, then: Bench) -> Iterator[None]:
+    """The session's `storage.s3` pointed at `bench`'s server (behind the delaying proxy), then at
+    `then`'s again."""
+    from synclib.app.session import use_storage
+    from synclib.settings.storage import S3Config
+
+    assert bench.store is not None and then.store is not None
+    use_storage(spark, S3Config(**bench.store.storage_settings()))
+    try:
+        yield
+    finally:
+        use_storage(spark, S3Config(**then.store.storage_settings()))
+
+
 def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: int, idle_s: float,
         floor_steps: int, floor_interval: float, attempt: Attempt,
-        save: Callable[[Mapping[str, Any]], None]) -> dict[str, Any]:
-    """Per engine: the request counts on S3 and the floor on local disk and on S3; each part
-    through `attempt` (a failure is reported, the other parts' numbers stay) and saved when done."""
+        save: Callable[[Mapping[str, Any]], None], delayed: Bench | None = None,
+        request_delay_ms: float = 0.0) -> dict[str, Any]:
+    """Per engine: the request counts on S3 and the floor on local disk, on S3 and, with `delayed`
+    (a bench whose server is reached through `benchmarks.delay_proxy`, in a bucket of its own: Spark's
+    S3A clients are cached per bucket), on S3 at a real bucket's request time; each part through
+    `attempt` (a failure is reported, the other parts' numbers stay) and saved when done;
+    `request_delay_ms`: the proxy's delay, for the report."""
     def twice(what: str, part: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         """`part(suffix of its names)`, once more if it fails (on a loaded machine a Python worker
         can fail to connect back in time); the first failure is kept in the result."""
@@ -211,7 +250,7 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
             return first
         return {**attempt(f"{what}, again", lambda: part("-again")), "first_error": first["error"]}
 
-    results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}}
+    results: dict[str, Any] = {"prices": PRICE_SOURCE, "engines": {}, "request_delay_ms": request_delay_ms}
     for engine in engines:
         extra = [f"sink.engine={engine}"]
         result: dict[str, Any] = {"floor": {}}
@@ -219,10 +258,13 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
         result["requests"] = twice(f"{engine} requests", lambda suffix, e=engine: measure(
             spark, s3, e, batches, idle_s, suffix))
         save(results)
-        for where, bench in (("local", local), ("s3", s3)) if floor_steps else ():
-            result["floor"][where] = twice(
-                f"{engine} floor on {where}", lambda suffix, b=bench, w=where, e=engine, x=extra:
-                floor.floor(b, f"floor-{w}-{e}{suffix}", x, floor_steps, floor_interval))
+        benches = {"local": local, "s3": s3, **({DELAYED: delayed} if delayed is not None else {})}
+        for where, bench in benches.items() if floor_steps else ():
+            name = "s3-delayed" if where == DELAYED else where
+            with _storage_of(spark, bench, s3) if where == DELAYED else contextlib.nullcontext():
+                result["floor"][where] = twice(
+                    f"{engine} floor on {where}", lambda suffix, b=bench, n=name, e=engine, x=extra:
+                    floor.floor(b, f"floor-{n}-{e}{suffix}", x, floor_steps, floor_interval))
             save(results)
     return results
 
@@ -264,6 +306,10 @@ def table(results: Mapping[str, Any]) -> list[str]:
             notes.append(f"{engine}, {maintenance}: busy (a one-row batch every trigger, {counts['trigger_s']:g} s; "
                          f"{day['batches_per_day']:,} batches/day) ${day['busy_usd']:,.2f}/day; idle "
                          f"${day['idle_usd']:,.2f}/day; {day['passes_per_day']:,} maintenance passes/day")
+        if "to_commit" in counts:
+            path = counts["to_commit"]
+            notes.append(f"{engine}: sequential requests from the leader's commit to the Delta commit (median): "
+                         f"{sum(path.values()):g} (" + ", ".join(f"{who} {n:g}" for who, n in path.items()) + ")")
         notes.append(f"{engine}: requests of each counted batch in order {counts['steps_all']} (batch p50 "
                      f"{counts['batch_s_p50']:g} s); their Delta log GETs {counts['steps_delta_log_get']}, "
                      f"after the passes' log checkpoint {counts['after_checkpoint_delta_log_get']}")
@@ -273,6 +319,8 @@ def table(results: Mapping[str, Any]) -> list[str]:
                 notes.append(f"{engine} floor on {where}: {one['error']}")
                 continue
             ms = one.get("one_row_ms", {})
+            if where == DELAYED:
+                where = f"{where} {results.get('request_delay_ms', 0):g} ms"
             notes.append(f"{engine} floor on {where}: latency p50 {one['latency']['p50_s']:.3f} s, p99 "
                          f"{one['latency']['p99_s']:.3f} s; one-row batch durationMs median " +
                          ", ".join(f"{k} {v:g}" for k, v in ms.items()))

@@ -95,6 +95,9 @@ def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) 
         "secret_key": variables.get("AWS_SECRET_ACCESS_KEY"),
         "session_token": variables.get("AWS_SESSION_TOKEN"),
         "force_virtual_addressing": bool(endpoint) and variables.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true",
+        # a file written is one PUT when it is smaller than a part (a one-row batch's), not a
+        # multipart upload of three requests; an error opening it shows when it is closed
+        "allow_delayed_open": True,
     }
     if endpoint:
         scheme, _, address = endpoint.partition("://")

@@ -143,7 +143,7 @@ class Forwarder:
             path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
             trigger=trigger.spark_trigger,
-            query_name=QUERY_NAME, log_checkpoints=not sink.maintenance.enabled, run_id=self.run_marker.run_id)
+            query_name=QUERY_NAME, run_id=self.run_marker.run_id)  # the batch commits write the log checkpoints
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each

@@ -9,6 +9,11 @@ lists, so no two of them write one version. A file lock (`fcntl.flock`), not a t
 PySpark may run the batch commit in a Python process of its own beside the driver's interpreter
 (the kernel releases a dead process's lock). Local tables commit atomically (a rename, or
 `synclib.delta.log_append`'s hard link) and take no lock; writers on other hosts are not covered.
+
+The lock file counts the holds begun (its *generation*, written as a hold begins, so a holder
+killed mid-commit is counted too): a holder that finds the generation of its own last commit
+knows that none of the host's writers has touched the log since, without a request
+(`synclib.delta.log_append` appends the stream's next commit on that knowledge).
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ def lock_file(location: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def held(location: str) -> Iterator[None]:
-    """Hold the commit lock of the table at `location`, waiting as long as another holds it;
-    a table on local storage is not locked. Not reentrant: a holder taking it again waits forever."""
+def held(location: str) -> Iterator[int | None]:
+    """Hold the commit lock of the table at `location`, waiting as long as another holds it; gives
+    this hold's generation (the holds begun, this one included). A table on local storage is not
+    locked (generation None). Not reentrant: a holder taking it again waits forever."""
     path = lock_file(location)
     if path is None:
-        yield
+        yield None
         return
     path.parent.mkdir(mode=0o700, exist_ok=True)
     started = time.monotonic()
@@ -56,6 +62,8 @@ def held(location: str) -> Iterator[None]:
         waited = time.monotonic() - started
         if waited > SLOW_WAIT_S:
             logger.debug("waited %.0f ms for the commit lock of %s", waited * 1000, location)
-        yield
+        generation = int(os.pread(descriptor, 32, 0) or b"0") + 1
+        os.pwrite(descriptor, b"%d" % generation, 0)  # the count only grows: nothing to truncate
+        yield generation
     finally:
         os.close(descriptor)  # releases the lock

@@ -121,7 +121,8 @@ class ParquetPart:
         if isinstance(filesystem, fs.LocalFileSystem):
             filesystem.create_dir(f"{root}/{directory}".rstrip("/"), recursive=True)
         indexed = [name for name in schema.names if name not in _PAYLOAD_COLUMNS]
-        self._writer = pq.ParquetWriter(self._full_path, schema, filesystem=filesystem, compression="zstd",
+        self._stream = filesystem.open_output_stream(self._full_path)
+        self._writer = pq.ParquetWriter(self._stream, schema, compression="zstd",
                                         use_dictionary=indexed, write_statistics=indexed)
         self._stats = FileStats(schema)
         self._pending: list[pa.Table] = []
@@ -143,17 +144,20 @@ class ParquetPart:
     def discard(self) -> None:
         self._pending = []
         self._writer.close()
-        self._filesystem.delete_file(self._full_path)
+        self._stream.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._filesystem.delete_file(self._full_path)
 
     def close(self, data_change: bool = True) -> AddAction:
-        """Finish the file; its add action (`data_change` False for a rewrite of existing rows)."""
+        """Finish the file; its add action (`data_change` False for a rewrite of existing rows).
+        Its size is what was written and its time now: no request to read them back."""
         self._flush()
         self._writer.close()
-        info = self._filesystem.get_file_info(self._full_path)
-        mtime_ms = info.mtime_ns // 1_000_000 if info.mtime_ns else int(time.time() * 1000)
+        size = self._stream.tell()
+        self._stream.close()
         # deltalake percent-encodes the path itself when it writes the log.
-        return AddAction(path=self._relative, size=info.size,
-                         partition_values=self._partition_values, modification_time=mtime_ms,
+        return AddAction(path=self._relative, size=size,
+                         partition_values=self._partition_values, modification_time=int(time.time() * 1000),
                          data_change=data_change, stats=self._stats.to_json())
 
 

@@ -31,7 +31,9 @@ class DeltaSparkBatchWriter:
     beside it (a table property change by maintenance, say) is retried: being idempotent, a
     retry can neither duplicate nor lose the batch. A batch the table holds is checked
     (`check_replay`, read with delta-rs) and skipped before Delta is asked; with `run_id`, the
-    checkpoint's run marker is checked before each write.
+    checkpoint's run marker is checked before each write, and the batch after one this writer
+    committed itself is not looked up: only another run can have committed it, and that run wrote
+    its marker before it started (no read of the log by synclib on the way to Delta's commit).
     """
 
     def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str],
@@ -40,11 +42,12 @@ class DeltaSparkBatchWriter:
         self._checkpoint = checkpoint_location
         self._partition_by = list(partition_by)
         self._run_id = run_id
+        self._committed: int | None = None  # the batch id this writer committed last
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batch_id)
-        table = current_table(self._path)
+        table = None if self._run_id and self._committed == batch_id - 1 else current_table(self._path)
         if table is not None and holds_batch(table, app_id, batch_id):  # Delta would skip it too
             check_replay(table, self._path, app_id, batch_id, offsets)
             return
@@ -58,6 +61,7 @@ class DeltaSparkBatchWriter:
         for attempt in range(1, _CONFLICT_RETRIES + 1):
             try:
                 writer.save(self._path)
+                self._committed = batch_id
                 return
             except Exception as exc:
                 if attempt == _CONFLICT_RETRIES or not _delta_conflict(exc):

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.direct import TableFiles
-from synclib.delta.engine import fit_delta_to_local_master, resolve_engine
+from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
@@ -121,6 +121,7 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
                 "".join(f", and {path}" for path in others), stream.checkpoint)
     if chosen == DELTA_SPARK:
         fit_delta_to_local_master(spark)
+        fit_delta_to_object_store(spark, table_path)
     if sink is not None:
         if chosen == DELTA_RS:
             spark.dataSource.register(DeltaBatchSink)

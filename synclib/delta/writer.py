@@ -61,9 +61,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     Files of a skipped (replayed) or aborted batch are deleted. The commit keeps the table
     open in its process and reads only the commits since the previous batch
     (`current_table`) instead of reloading the table; with option
-    `logCheckpoints` false it leaves Delta log checkpoints to maintenance. On local storage,
+    `logCheckpoints` false it leaves Delta log checkpoints to maintenance. On local storage and S3,
     a batch after the table's newest version, which is this process's own commit, is
-    appended without deltalake (`synclib.delta.log_append`: no listing of the log). On an object
+    appended without deltalake (`synclib.delta.log_append`: no read of the log). On an object
     store the commit holds the table's host-wide lock (`synclib.delta.commit_lock`).
     """
 
@@ -82,12 +82,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         files = [f for m in messages if isinstance(m, AddedFiles) for f in m.files]
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
-        with commit_lock.held(self._path):  # on an object store: no other commit of this host's beside it
-            self._commit(files, batchId, app_id, offsets)
+        with commit_lock.held(self._path) as generation:  # on an object store: no other commit of this host's beside it
+            self._commit(files, batchId, app_id, offsets, generation)
 
-    def _commit(self, files: list[AddAction], batchId: int, app_id: str, offsets: str | None) -> None:
-        tail = log_append.previous_batch(self._path, app_id, batchId)
-        if tail is not None and self._append(tail, files, app_id, batchId, offsets):
+    def _commit(self, files: list[AddAction], batchId: int, app_id: str, offsets: str | None,
+                generation: int | None) -> None:
+        tail = log_append.previous_batch(self._path, app_id, batchId, generation)
+        if tail is not None and self._append(tail, files, app_id, batchId, offsets, generation):
             return
         table = current_table(self._path)
         if table is not None:
@@ -97,10 +98,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 return
             if not files and same_offsets(offsets, latest_metadata(table)):
                 return
-            log_append.learn(self._path, table, app_id)
-            tail = log_append.previous_batch(self._path, app_id, batchId)
-            if tail is not None and self._append(tail, files, app_id, batchId, offsets):
+            log_append.learn(self._path, table, app_id, generation)
+            tail = log_append.previous_batch(self._path, app_id, batchId, generation)
+            if tail is not None and self._append(tail, files, app_id, batchId, offsets, generation):
                 return
+        log_append.forget(self._path)  # the version deltalake commits at is not learned here
         if self._run_id:  # another run took the checkpoint over: it commits this batch, not us
             spark_checkpoint.check_run(self._checkpoint, self._run_id)
         properties = CommitProperties(
@@ -122,7 +124,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                     self._path)
 
     def _append(self, tail: log_append.Tail, files: list[AddAction], app_id: str, batch_id: int,
-                offsets: str | None) -> bool:
+                offsets: str | None, generation: int | None) -> bool:
         """Batch `batch_id` committed after `tail`, this process's own newest version, without
         deltalake (`synclib.delta.log_append`); False when another commit took the version or
         deltalake's commit is to write the log checkpoint due at it."""
@@ -133,7 +135,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         if self._run_id:
             spark_checkpoint.check_run(self._checkpoint, self._run_id)
         if not log_append.append(self._path, tail, files, batch_id, offsets, self._partition_by,
-                                 commit_metadata(app_id, batch_id, offsets)):
+                                 commit_metadata(app_id, batch_id, offsets), generation):
             return False
         logger.debug("batch %d of %s: %d files committed to %s (version %d)", batch_id, app_id, len(files),
                     self._path, tail.version + 1)

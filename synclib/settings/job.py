@@ -51,7 +51,9 @@ class MaintenanceConfig(Section):
     """Files compaction removed are deleted this long after (whole hours, rounded up); readers of
     older table versions need them until then."""
     checkpoint_interval: PositiveInt = 100
-    """Versions between Delta log checkpoints (the batch commits write none while maintenance runs)."""
+    """Versions between Delta log checkpoints: a pass writes one when this many passed without
+    (delta-rs batch commits write one every `delta.checkpointInterval` versions of the table;
+    delta-spark's table gets this value as its `delta.checkpointInterval`)."""
     log_cleanup: Boolean = True
     """Delete expired log entries: older than `log_retention` and below the newest checkpoint."""
     log_retention: Duration = 3600.0

@@ -52,7 +52,7 @@ def test_listing_from_an_offset_and_multipart_uploads(s3_server: S3Server) -> No
     for name in ("00.json", "01.json", "02.json", "03.json"):
         with filesystem.open_output_stream(f"{bucket}/log/{name}") as out:
             out.write(name.encode())
-    big = b"x" * (6 << 20)  # above pyarrow's 5 MiB part size: a multipart upload of two parts
+    big = b"x" * (24 << 20)  # above pyarrow's part size (a smaller file is one PUT): a multipart upload
     with filesystem.open_output_stream(f"{bucket}/big") as out:
         out.write(big)
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pytest
 import yaml
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
@@ -37,7 +37,7 @@ from benchmarks.object_store import S3Server
 from benchmarks.soak import soak
 from synclib.delta import commit_lock, maintenance, spark_maintenance
 from synclib.delta.direct import TableFiles
-from synclib.delta.engine import fit_delta_to_local_master
+from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store
 from synclib.delta.maintenance import MAINTENANCE_APP_ID, PassReport, compact, run_pass
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import latest_synclib_commit, read_arrow, read_table_offsets
@@ -45,6 +45,7 @@ from synclib.delta.writer import DeltaStreamWriter, DirectBatchCommit, arrow_sch
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.storage import S3Config
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from synclib.spark_checkpoint import RunMarker, start_run
 from tests.support import wait_until, waiting_for_lock
 
 T = TypeVar("T")
@@ -294,6 +295,102 @@ def test_on_s3_a_maintenance_pass_waits_for_the_tables_commit_lock(on_s3: S3Serv
     batches.run(1)  # a batch commit after the pass
     assert batches.offsets() == list(range(4 * ROWS))
     assert read_table_offsets(batches.table) == {("events", 0): 4 * ROWS}
+
+
+def log_requests(server: S3Server, since: int, table: str) -> Counter[str]:
+    """The requests of the server's log after mark `since` to `table`'s log, as 'METHOD entry'."""
+    log = f"{table.split('://', 1)[1]}/_delta_log"
+    return Counter(f"{r.method} {r.key.rsplit('/', 1)[-1]}" for r in server.log()[since:] if r.key.startswith(log))
+
+
+def test_on_s3_consecutive_batch_commits_read_no_older_log_entry(on_s3: S3Server, tmp_path: Path) -> None:
+    """After the table's newest version is the writer's own commit, each batch costs a HEAD of that
+    entry and a conditional PUT of the next (`synclib.delta.log_append`), and its file one PUT:
+    three requests, however long the log since its last checkpoint."""
+    batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
+    batches.run(2)  # batch 0 creates the table, batch 1 learns its newest version
+    per_batch = []
+    for _ in range(8):
+        mark = len(on_s3.log())
+        batches.run(1)
+        version = batches.next - 1
+        assert log_requests(on_s3, mark, batches.table) == {
+            f"HEAD {version - 1:020d}.json": 1, f"PUT {version:020d}.json": 1}
+        per_batch.append(len(on_s3.log()) - mark)
+    assert per_batch == [3] * 8  # the log entry's two requests and the data file's one PUT
+    table = DeltaTable(batches.table)
+    assert (table.version(), table.transaction_version("synclib-q")) == (9, 9)
+    assert batches.offsets() == list(range(10 * ROWS))
+    assert read_table_offsets(batches.table) == {("events", 0): 10 * ROWS}
+
+
+def test_on_s3_an_appended_commit_is_refused_when_another_commit_took_its_version(
+        on_s3: S3Server, tmp_path: Path) -> None:
+    """A writer elsewhere (no commit lock of this host) commits the version the stream's next batch
+    is appended at: the conditional PUT is refused (412) and the batch goes through deltalake, at the
+    version after."""
+    batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
+    batches.run(2)
+    other = pa.table({"partition": [7], "offset": [-1]})
+    write_deltalake(batches.table, other, mode="append")  # version 2, not the stream's
+    mark = len(on_s3.log())
+
+    batches.run(1)
+
+    assert log_requests(on_s3, mark, batches.table)[f"PUT {2:020d}.json"] == 1  # the refused create
+    table = DeltaTable(batches.table)
+    assert table.version() == 3 and table.transaction_version("synclib-q") == 2
+    assert [h.get("synclib.batchId") for h in history_after(batches.table, 1)] == [None, 2]
+    assert batches.offsets() == [-1, *range(3 * ROWS)]
+    assert read_table_offsets(batches.table) == {("events", 0): 3 * ROWS}
+
+
+def test_on_s3_a_commit_of_another_holder_of_the_commit_lock_is_looked_up_before_appending(
+        on_s3: S3Server, tmp_path: Path) -> None:
+    """On a server that does not enforce `If-None-Match` the create could not see a commit that took
+    the version: when another of the host's writers held the table's commit lock since the stream's
+    last commit, the next version is looked up (HEAD) first, and found, the batch goes through
+    deltalake instead of PUTting over it."""
+    batches = Batches(tmp_path, table=f"s3://{on_s3.bucket()}/table")
+    batches.run(2)
+    with commit_lock.held(batches.table):  # a maintenance commit, say
+        write_deltalake(batches.table, pa.table({"partition": [7], "offset": [-1]}), mode="append")
+    mark = len(on_s3.log())
+
+    batches.run(1)
+
+    requests = log_requests(on_s3, mark, batches.table)
+    assert requests[f"HEAD {2:020d}.json"] == 1 and requests[f"PUT {2:020d}.json"] == 0
+    assert requests[f"PUT {3:020d}.json"] == 1
+    assert DeltaTable(batches.table).transaction_version("synclib-q") == 2
+    assert batches.offsets() == [-1, *range(3 * ROWS)]
+
+
+def test_on_s3_delta_spark_batches_after_the_writers_own_are_not_read_first_and_write_no_checksums(
+        on_s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """With a run marker, the delta-spark writer reads the table with delta-rs (its LIST from a
+    version, `start-after`) only before its first batch, and on an object store Delta writes no
+    `.crc` files; a replayed batch is still skipped and every offset is in the table once."""
+    request.getfixturevalue("s3")
+    spark: SparkSession = request.getfixturevalue("spark")
+    batches = Batches(tmp_path, engine=DELTA_SPARK, spark=spark, table=f"s3://{on_s3.bucket()}/table")
+    marker = RunMarker.new()
+    start_run(str(batches.checkpoint), marker)
+    batches.spark_writer = DeltaSparkBatchWriter(batches.table, str(batches.checkpoint), [], marker.run_id)
+    fit_delta_to_object_store(spark, batches.table)
+    try:
+        batches.run(1)
+        mark = len(on_s3.log())
+        batches.run(3)
+        log = on_s3.log()[mark:]
+        assert not [r for r in log if "start-after" in r.query], "the table was read with delta-rs"
+        assert not [r for r in log if r.key.endswith(".crc") or ".crc." in r.key]
+        batches.spark_writer = DeltaSparkBatchWriter(batches.table, str(batches.checkpoint), [], marker.run_id)
+        batches.commit(3)  # replayed by a new writer (a restart): found in the table, skipped
+    finally:
+        spark.conf.unset("spark.databricks.delta.writeChecksumFile.enabled")
+    assert DeltaTable(batches.table).transaction_version("synclib-q") == 3
+    assert batches.offsets() == list(range(4 * ROWS))
 
 
 def test_two_compactions_of_the_same_files_do_not_both_commit(tmp_path: Path) -> None:

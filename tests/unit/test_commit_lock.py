@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from synclib.delta import commit_lock
@@ -60,3 +61,13 @@ def test_local_tables_take_no_lock_and_the_lock_file_does_not_name_the_table(tmp
     assert lock is not None and "secret" not in str(lock)
     assert lock != commit_lock.lock_file("s3://secret-bucket/other-table")
     assert lock == commit_lock.lock_file("S3A://secret-bucket/secret-table/")
+
+
+def test_each_hold_of_a_tables_lock_has_the_next_generation(tmp_path: Path) -> None:
+    location = f"s3://bucket/generations-{uuid.uuid4().hex}"
+    with commit_lock.held(location) as first:
+        assert first is not None
+    with commit_lock.held(location) as second, commit_lock.held(f"{location}-other") as other:
+        assert second == first + 1 and other == 1
+    with commit_lock.held(str(tmp_path / "table")) as local:
+        assert local is None

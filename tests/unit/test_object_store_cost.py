@@ -1,10 +1,17 @@
-"""The object-store benchmark's pure parts: a logged S3 request's kind and owner
-(benchmarks/object_store.py) and what requests cost per day (benchmarks/object_store_cost.py)."""
+"""The object-store benchmark's parts: a logged S3 request's kind and owner
+(benchmarks/object_store.py), what requests cost per day and which are on a batch's path to its
+Delta commit (benchmarks/object_store_cost.py), and the proxy that delays each request
+(benchmarks/delay_proxy.py)."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import pytest
 
+from benchmarks.delay_proxy import DelayProxy
 from benchmarks.object_store import (
     DATA_FILES,
     DELTA_LOG,
@@ -16,7 +23,7 @@ from benchmarks.object_store import (
     owner,
     parse_request,
 )
-from benchmarks.object_store_cost import cost_per_day, dollars, tally
+from benchmarks.object_store_cost import cost_per_day, dollars, tally, to_commit
 
 HOST = "http://127.0.0.1:4000"
 TABLE, CHECKPOINT = "b/cost/table", "b/cost/checkpoint"
@@ -76,3 +83,33 @@ def test_cost_per_day_of_a_busy_and_an_idle_job() -> None:
     assert day["batches_per_day"] == 345_600 and day["passes_per_day"] == 8_640
     assert day["busy_usd"] == pytest.approx(345_600 * 0.00005 + 8_640 * 0.0004, abs=0.01)
     assert day["idle_usd"] == pytest.approx(8_640 * 0.000005, abs=0.01)
+
+
+def test_a_batchs_path_ends_with_the_put_of_its_delta_commit() -> None:
+    step = [parse_request(m, u) for m, u in [
+        ("PUT", "/b/cost/checkpoint/offsets/7"), ("PUT", "/b/cost/table/part-0.parquet"),
+        ("HEAD", "/b/cost/table/_delta_log/00000000000000000006.json"),
+        ("PUT", "/b/cost/table/_delta_log/00000000000000000007.json"), ("PUT", "/b/cost/checkpoint/commits/7")]]
+    assert to_commit(step, TABLE, CHECKPOINT) == {SPARK_CHECKPOINT: {"PUT": 1}, DATA_FILES: {"PUT": 1},
+                                                  DELTA_LOG: {"HEAD": 1, "PUT": 1}}
+
+
+def test_the_proxy_holds_each_request_once_and_passes_the_answers() -> None:
+    """Each request (what a client sends after the previous answer) waits the delay once."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        connection, _ = server.accept()
+        with connection:
+            while data := connection.recv(1024):
+                connection.sendall(b"re: " + data)
+
+    threading.Thread(target=answer, daemon=True).start()
+    with DelayProxy(server.getsockname()[1], 0.2) as proxy, \
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+        for request in (b"first", b"second"):
+            started = time.monotonic()
+            client.sendall(request)
+            assert client.recv(1024) == b"re: " + request
+            assert time.monotonic() - started >= 0.2
+    server.close()
