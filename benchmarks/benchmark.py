@@ -125,9 +125,9 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--standalone-memory", default="1g",
                         help="memory per worker, all of it its executor's heap (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
-    parser.add_argument("--record", metavar="NAME", help="add the run's latency and floor figures to "
-                        "benchmarks/results/NAME.json, which the docs' tables are rendered from "
-                        "(benchmarks/records.py)")
+    parser.add_argument("--record", metavar="NAME", help="add the run's latency and floor figures (or with "
+                        "--object-store its request counts) to benchmarks/results/NAME.json, which the docs' "
+                        "tables are rendered from (benchmarks/records.py)")
     parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--object-store", action="store_true", help="run only the object-store phase instead "
@@ -439,6 +439,8 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         if args.object_store:
             results = run(spark, args, save, roots)
             print("\n".join(object_store_cost.table(results["object_store"])), flush=True)
+            if args.record:
+                print(f"recorded in {records.record(args.record, recorded_command(argv), results)}")
         elif len(args.partition_axis) == 1:
             results = run(spark, args, save, roots)
             report.print_report(results)

@@ -28,8 +28,16 @@ MARKED = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /
 
 
 def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run of the benchmark's latency and floor phases measured, for the record."""
+    """What a run of the benchmark measured, for the record: the latency and floor phases'
+    figures, or the object-store phase's request counts as they are."""
     env = results["environment"]
+    provenance = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", env["load_avg"])[0], 2)],
+        "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")},
+    }
+    if "object_store" in results:
+        return {**provenance, "object_store": results["object_store"]}
     median = results.get("median") or {}
     triggers: dict[str, dict[str, Any]] = {}
     for label, latency in (median.get("latency") or {}).items():
@@ -39,9 +47,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     peer = next(iter((results.get("floor_spark_kafka") or {}).items()), None)
     spark_floor = results.get("floor_spark") or {}
     return {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", env["load_avg"])[0], 2)],
-        "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")},
+        **provenance,
         "triggers": triggers,
         "spark_kafka": None if peer is None else {"trigger": peer[0], **_floor(peer[1])},
         "spark_floor_ms": spark_floor.get("triggerExecution"),
@@ -85,7 +91,8 @@ def provenance(kept: Mapping[str, Any]) -> str:
     dates = sorted({run["date"][:10] for run in runs})
     loads = [load for run in runs for load in run["load"]]
     machine = runs[-1]["machine"]
-    return (f"`{kept['command']}`: medians of {len(runs)} run{'s' if len(runs) > 1 else ''} on "
+    counted = f"medians of {len(runs)} runs" if len(runs) > 1 else "1 run"
+    return (f"`{kept['command']}`: {counted} on "
             f"{' to '.join(dates[::max(1, len(dates) - 1)])}, load {min(loads):.1f}-{max(loads):.1f}, "
             f"{machine['cpus']} CPUs, {machine['memory_gib']} GiB, PySpark {machine['pyspark']}, "
             f"{machine['spark_master']}")
@@ -126,13 +133,44 @@ def triggers_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {"triggers": triggers_table}
+def requests_table(kept: Mapping[str, Any]) -> str:
+    """Requests per one-row batch, idle second and maintenance pass, by owner and kind, per engine
+    (`benchmarks.object_store_cost.table`; counts do not depend on the load: the newest run)."""
+    from benchmarks.object_store_cost import table
+
+    return "\n".join(line for line in table(kept["runs"][-1]["object_store"]) if line.startswith("|"))
+
+
+def cost_table(kept: Mapping[str, Any]) -> str:
+    """USD a day per engine: busy (a one-row batch at each of the busiest trigger's starts) and idle,
+    at each maintenance interval counted."""
+    engines = kept["runs"][-1]["object_store"]["engines"]
+    counted = {engine: result["requests"] for engine, result in engines.items() if "error" not in result["requests"]}
+    intervals = list(next(iter(counted.values()))["cost_per_day"]) if counted else []
+    rows = [f"| job | {' | '.join(counted)} |", "|---|" + "---|" * len(counted)]
+    for interval in intervals:
+        first = next(iter(counted.values()))
+        rows.append(f"| busy: a one-row batch every {first['trigger_s']:g} s "
+                    f"({first['cost_per_day'][interval]['batches_per_day']:,} a day), {interval} | "
+                    + " | ".join(f"${r['cost_per_day'][interval]['busy_usd']:,.2f}" for r in counted.values()) + " |")
+        rows.append(f"| idle: no event all day, {interval} | "
+                    + " | ".join(f"${r['cost_per_day'][interval]['idle_usd']:,.2f}" for r in counted.values()) + " |")
+    return "\n".join(rows)
+
+
+NEWEST_ONLY = {"requests", "cost"}
+RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "triggers": triggers_table, "requests": requests_table, "cost": cost_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:
-    """The marked region's body: the table of record `name` and where its figures come from."""
+    """The marked region's body, `<!-- results: KIND[-RECORD] -->`: the table of that kind from record
+    RECORD (default: KIND) and where its figures come from. Request counts do not depend on the
+    machine's load: their tables show the newest run only."""
     table_kind, _, record_name = name.partition("-")
     kept = json.loads((directory / f"{record_name or table_kind}.json").read_text())
+    if table_kind in NEWEST_ONLY:
+        kept = {**kept, "runs": kept["runs"][-1:]}
     return f"{RENDERERS[table_kind](kept)}\n\n{provenance(kept)}.\n"
 
 

@@ -50,3 +50,21 @@ def test_the_command_a_record_names_leaves_out_where_outputs_went() -> None:
     assert recorded_command(["--runs", "3", "--record", "triggers", "--output=/tmp/x.json", "--workdir", "/w",
                              "--floor-triggers", "leader"]) == (
         "./spark-submit.sh jobs/benchmark.py --runs 3 --floor-triggers leader")
+
+
+def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(tmp_path: Path) -> None:
+    counts = {"trigger_s": 0.4, "cost_per_day": {"maintenance every 300 s": {
+        "busy_usd": 9.5, "idle_usd": 0.18, "batches_per_day": 216000, "passes_per_day": 288}}}
+    for busy in (12.0, 9.5):
+        run = results(1.0, 0.2, 180)
+        store = {"engines": {"delta-rs": {"requests": {**counts, "cost_per_day": {"maintenance every 300 s": {
+            **counts["cost_per_day"]["maintenance every 300 s"], "busy_usd": busy}}}, "floor": {}}}}
+        records.record("object-store", "./spark-submit.sh jobs/benchmark.py --object-store",
+                       {**run, "object_store": store}, tmp_path)
+
+    lines = records.render("cost-object-store", tmp_path).splitlines()
+
+    assert lines[:4] == ["| job | delta-rs |", "|---|---|",
+                         "| busy: a one-row batch every 0.4 s (216,000 a day), maintenance every 300 s | $9.50 |",
+                         "| idle: no event all day, maintenance every 300 s | $0.18 |"]
+    assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py --object-store`: 1 run on ")
