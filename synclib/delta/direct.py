@@ -3,11 +3,13 @@
 With nothing between the source and a delta-rs sink (no transform, so no dead letters), a read
 task decodes its Kafka ranges and writes the table's Parquet files in the same Python worker
 (`TableFiles.write`), then yields one small row per file written (`FILES_SCHEMA`: the file's add
-action). Spark carries those rows, not the records, to the sink, whose write tasks turn them
-back into add actions (`add_actions`) and whose driver commit is the row path's: the batch's
-one Delta commit, with its application transaction and offsets. A task that fails deletes the
-files it wrote; a task killed or retried after writing, or a speculative duplicate, leaves
-files no commit names (Spark commits one attempt per task), which a full VACUUM deletes.
+action). Spark carries those rows, not the records, to the sink: a `foreachBatch` function
+(`synclib.delta.writer.DirectBatchCommit`) collects them to the driver, turns them back into add
+actions (`add_actions`) and makes the row path's commit there, the batch's one Delta commit with
+its application transaction and offsets; there are no sink tasks. A task that fails deletes the
+files it wrote; a task killed or retried after writing, or a speculative duplicate, leaves files
+no commit names (the commit takes only the rows of the attempts Spark's job returned), which a
+full VACUUM deletes.
 """
 
 from __future__ import annotations
