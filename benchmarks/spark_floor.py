@@ -38,6 +38,8 @@ def run(spark: SparkSession, trigger_s: float, seconds: float) -> dict[str, floa
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0][WARM_UP_BATCHES:]
         # between batches: a batch stopped mid-way still writes files while the directory goes
         stop_after_batch_in_flight(spark, query, STOP_TIMEOUT_S)
+    if not batches:
+        raise RuntimeError(f"no batch after the first {WARM_UP_BATCHES} in {seconds:g} s: run it longer")
     return {key: statistics.median(p["durationMs"].get(key, 0) for p in batches) for key in KEYS}
 
 

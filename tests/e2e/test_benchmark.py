@@ -19,8 +19,8 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
         "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
         "--engines", "delta-rs", "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
         "--latency-interval", "0.3", "--latency-rate", "200", "--floor-steps", "2", "--floor-triggers", "leader,250ms",
-        "--floor-interval", "0.3", "--spark-floor-seconds", "5", "--no-warmup-run", "--workdir", str(tmp_path / "work"),
-        "--output", str(output),
+        "--floor-interval", "0.3", "--spark-floor-seconds", "15", "--no-warmup-run",
+        "--workdir", str(tmp_path / "work"), "--output", str(output),
     ]) == 0
     results = json.loads(output.read_text())
 
