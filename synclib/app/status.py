@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deltalake import DeltaTable
 from kafka.errors import KafkaError
 
 from synclib import processes, spark_checkpoint
@@ -130,7 +131,8 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     reader_options = config.source_options(bootstrap_servers)
     reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
     options = SourceOptions.from_spark(reader_options)
-    summary = table_summary(config.sink.path)
+    opened = open_table(config.sink.path)  # once: the summary and the gate latency read the same log
+    summary = table_summary(config.sink.path, opened)
     follower = (summary.offsets if summary is not None else None) or {}
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
     try:
@@ -149,13 +151,13 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
                          for tp in partitions),
         dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
         if config.sink.dead_letters.enabled else None,
-        gate_latency=_gate_latency(config.sink.path, releases) if summary is not None else None,
+        gate_latency=None if opened is None else _gate_latency(opened, releases),
     )
 
 
-def _gate_latency(path: str, releases: Mapping[TopicPartitionKey, Sequence[Release]]) -> tuple[float, float] | None:
-    table = open_table(path)
-    return None if table is None else quantiles(table_latencies(recent_batches(table, RECENT_BATCHES), releases))
+def _gate_latency(table: DeltaTable, releases: Mapping[TopicPartitionKey, Sequence[Release]]
+                  ) -> tuple[float, float] | None:
+    return quantiles(table_latencies(recent_batches(table, RECENT_BATCHES), releases))
 
 
 def _leader_commits(options: SourceOptions, timeout_s: float

@@ -177,9 +177,10 @@ class TableSummary:
         return {"path": self.path, "version": self.version, "rows": self.rows, "batch_id": self.batch_id}
 
 
-def table_summary(path: str) -> TableSummary | None:
-    """Version, row count and latest synclib batch of the table; None when it does not exist."""
-    table = open_table(path)
+def table_summary(path: str, table: DeltaTable | None = None) -> TableSummary | None:
+    """Version, row count and latest synclib batch of the table at `path` (`table`: it, opened
+    already); None when it does not exist."""
+    table = table if table is not None else open_table(path)
     if table is None:
         return None
     records = pa.table(table.get_add_actions(flatten=True))["num_records"]
