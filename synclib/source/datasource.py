@@ -284,6 +284,7 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         self._planner: _Planner | None = None
         self._target: PartitionOffsets | None = None
         self._last_end: PartitionOffsets | None = None
+        self._reported_start: PartitionOffsets | None = None  # the start of the last status written
         self._initial: OffsetsJson | None = None
         self._batch_started_at = float("-inf")  # time.monotonic() when the last batch was planned
 
@@ -358,6 +359,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         seen = planner.remote.release_generation()  # before planning: a release from now on wakes the wait
         effective_start, end = self._plan(start_offsets, limit)
         if self.options.await_leader_commits and self._target is None:
+            if start_offsets != self._reported_start:  # the last batch's end, shown before the gate waits
+                self._write_status(start_offsets)
             effective_start, end = self._await_leader(start_offsets, limit, seen, effective_start, end)
         if has_work(start_offsets, end):
             if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
@@ -365,9 +368,14 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
             self._batch_started_at = time.monotonic()
             planner.planned(effective_start, end)
         self._last_end = end
-        if self.options.status_file:
-            planner.status().write(self.options.status_file)
+        self._write_status(start_offsets)
         return to_offsets_json(end)
+
+    def _write_status(self, start: PartitionOffsets) -> None:
+        """The planner's status file (`statusFile`), its follower offsets planned from `start`."""
+        if self.options.status_file:
+            self.planner.status().write(self.options.status_file)
+            self._reported_start = start
 
     def _plan(self, start: PartitionOffsets, limit: ReadLimit | None) -> tuple[PartitionOffsets, PartitionOffsets]:
         """The effective start and the end of a batch from `start`, capped by the Trigger.AvailableNow

@@ -123,8 +123,17 @@ def gated(bootstrap_servers: str, producer: Any, new_topic: Any, tmp_path: Path)
 @pytest.mark.slow
 def test_metrics_and_health_of_a_gated_run_and_a_killed_job(gated: tuple[MonitoredJob, str]) -> None:
     job, events = gated
-    done = wait_until(lambda: (got := scraped(job.port)).get(("synclib_rows_written_total", ())) == 10 and got,
-                      START_TIMEOUT_S, "10 rows written, on /metrics")
+    follower = {partition: (("partition", str(partition)), ("topic", events)) for partition in (0, 1)}
+
+    def written_and_planned_on(got: Samples) -> bool:
+        # The rows are counted from the batch's progress report; the follower offsets come from
+        # the planner's status, written when it plans from the batch's end: a moment later.
+        return got.get(("synclib_rows_written_total", ())) == 10 and all(
+            got.get(("synclib_partition_follower_offset", labels)) == committed
+            for labels, committed in ((follower[0], 6), (follower[1], 4)))
+
+    done = wait_until(lambda: written_and_planned_on(got := scraped(job.port)) and got, START_TIMEOUT_S,
+                      "10 rows written and the follower at the leader's offsets, on /metrics")
     text = scrape(job.port)
     print(text)  # the scrape, for the issue notes
     got = samples(text)
