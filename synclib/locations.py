@@ -1,7 +1,10 @@
 """Files at a location Spark and pyarrow both understand: local paths, `file:` URIs and the object
 stores pyarrow supports (credentials from the environment: for `s3://` and `s3a://`, the `AWS_*`
 variables the job sets from `storage.s3`, as delta-rs reads them). On Databricks, `dbfs:/x` is read
-through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths."""
+through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths.
+
+A file on S3 is read with one GET through obstore (the object_store crate delta-rs uses, from the
+same variables); pyarrow's input stream would first HEAD it."""
 
 from __future__ import annotations
 
@@ -9,9 +12,13 @@ import contextlib
 import os
 import uuid
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
+import obstore
+from obstore.exceptions import NotFoundError
+from obstore.store import S3Store
 from pyarrow import fs
 
 
@@ -55,6 +62,11 @@ def filesystem(location: str) -> tuple[fs.FileSystem, str]:
 
 def read_text(location: str) -> str | None:
     """The UTF-8 text of the file at `location`, None when there is none."""
+    if (object_key := _s3_object(location)) is not None:
+        try:
+            return bytes(obstore.get(*object_key).bytes()).decode("utf-8")
+        except (FileNotFoundError, NotFoundError):
+            return None
     files, path = filesystem(location)
     try:
         with files.open_input_stream(path) as stream:
@@ -63,10 +75,29 @@ def read_text(location: str) -> str | None:
         return None
 
 
+def _s3_object(location: str) -> tuple[S3Store, str] | None:
+    """obstore's client for the bucket of an `s3://` or `s3a://` location, and the object's key."""
+    uri = normalize_location(location)
+    if not uri.startswith("s3://"):
+        return None
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    return _bucket(bucket, os.environ.get("AWS_ENDPOINT_URL")), key
+
+
+@cache
+def _bucket(bucket: str, endpoint: str | None) -> S3Store:
+    """obstore's client for `bucket` at `endpoint` (the other `AWS_*` variables as first asked)."""
+    store: S3Store = S3Store.from_url(f"s3://{bucket}")
+    return store
+
+
 def write_text(location: str, text: str) -> None:
-    """Write `text` to the file at `location` whole: a temporary file of its own beside it, then
-    moved over it (a reader sees the old file or the new one, never half of one, where a move is
-    a rename)."""
+    """Write `text` to the file at `location` whole: on S3 one PUT (which replaces an object whole);
+    elsewhere a temporary file of its own beside it, then moved over it (a reader sees the old file
+    or the new one, never half of one, where a move is a rename)."""
+    if (object_key := _s3_object(location)) is not None:
+        obstore.put(*object_key, text.encode("utf-8"))
+        return
     files, path = filesystem(location)
     directory, name = path.rsplit("/", 1)
     files.create_dir(directory, recursive=True)

@@ -31,11 +31,11 @@ SESSION_DEFAULTS = {
     "spark.sql.adaptive.enabled": "false",
 }
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
-# Spark's checkpoint on S3 without renames: each entry PUT in place through S3A's abortable stream, and
-# aborted (nothing visible) when Spark cancels it (spark-hadoop-cloud, jvm/ivy.xml `s3a`). Hadoop's create
-# and the manager probe for an existing entry, so S3A's own probes at create are skipped.
+# Spark's checkpoint on S3 without renames or probes: each new entry one PUT with put-if-absent, aborted
+# (nothing visible) when Spark cancels it (jvm/src, built into the `s3a` JVM directory by jvm/fetch).
+# S3A's own probes at create are skipped: the store's put-if-absent is the check.
 S3_CHECKPOINT = {
-    CHECKPOINT_MANAGER: "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager",
+    CHECKPOINT_MANAGER: "synclib.checkpoint.PutIfAbsentCheckpointFileManager",
     "fs.s3a.create.performance": "true",
 }
 # Not a default: spark.python.unix.domain.socket.enabled cuts a one-row batch by ~50 ms, but
@@ -112,7 +112,7 @@ def _s3_checkpoint(spark: SparkSession) -> dict[str, str]:
     if jvm is None:
         return {}
     if not py4j_compat.class_loadable(jvm, manager):
-        logger.warning("%s is not on the classpath (spark-hadoop-cloud): Spark's checkpoint on S3 is written "
-                       "by renames", manager)
+        logger.warning("%s is not on the classpath (jvm/fetch builds it into the s3a directory): Spark's "
+                       "checkpoint on S3 is written by renames", manager)
         return {}
     return dict(S3_CHECKPOINT)

@@ -80,7 +80,7 @@ def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
     assert by_spark.count() == verdict.rows
     assert by_spark.select("partition", "offset").distinct().count() == verdict.rows
 
-    # Spark's checkpoint entries PUT in place (AbortableStreamBasedCheckpointFileManager), not renamed
+    # Spark's checkpoint entries PUT in place (synclib's PutIfAbsentCheckpointFileManager), not renamed
     spark_files = [r for r in s3.log() if r.key.startswith(f"{bucket}/checkpoint/")
                    and not r.key.startswith(f"{bucket}/checkpoint/synclib")]
     assert [r for r in spark_files if r.method == "PUT" and r.key == f"{bucket}/checkpoint/commits/0"]

@@ -37,13 +37,3 @@ def test_every_configuration_has_a_dependency() -> None:
     confs = {c.attrib["name"] for c in root.iter("conf")}
     used = {d.attrib["conf"].split("->")[0] for d in root.iter("dependency")}
     assert confs == used
-
-
-def test_spark_hadoop_cloud_comes_alone_at_the_newest_line_maven_central_serves() -> None:
-    """Spark's checkpoint manager for object stores (spark-hadoop-cloud): Maven Central serves no 4.2.0,
-    so 4.1.1, whose class links against Spark 4.2 (the S3 tests run with it); its jar only, since its
-    dependencies are Spark and Hadoop's cloud connectors, which PySpark and `s3a` hold at their versions."""
-    [cloud] = [d for d in ET.parse(ROOT / "jvm" / "ivy.xml").getroot().iter("dependency")
-               if d.attrib["name"] == "spark-hadoop-cloud_2.13"]
-    assert (cloud.attrib["conf"], cloud.attrib.get("transitive")) == ("s3a->default", "false")
-    assert cloud.attrib["rev"] == "4.1.1" and version("pyspark").startswith("4.2.")
