@@ -158,9 +158,36 @@ def cost_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-NEWEST_ONLY = {"requests", "cost"}
+FLOOR_PHASES = ("walCommit", "addBatch", "commitOffsets")
+
+
+def floors_table(kept: Mapping[str, Any]) -> str:
+    """Per engine and storage (local disk, S3, S3 behind the delaying proxy): the one-row latency
+    from the leader's commit to the Delta commit, the batch's Spark phases and the whole batch
+    without `latestOffset`, where the leader trigger waits (medians, ms), and the requests a batch
+    sends from the leader's commit to its Delta commit, one after another."""
+    results = kept["runs"][-1]["object_store"]
+    delay = results.get("request_delay_ms", 0)
+    rows = ["| engine | storage | latency p50 / p99 | " + " | ".join(FLOOR_PHASES)
+            + " | batch | requests to the Delta commit |", "|---|---|---|" + "---|" * (len(FLOOR_PHASES) + 2)]
+    for engine, result in results["engines"].items():
+        path = (result.get("requests") or {}).get("to_commit")
+        sequential = "-" if not path else f"{sum(path.values()):g}"
+        for where, one in result["floor"].items():
+            if "error" in one:
+                continue
+            storage = {"local": "local disk", "s3": "S3"}.get(where, f"S3, {delay:g} ms a request")
+            ms = one.get("one_row_ms", {})
+            rows.append(f"| {engine} | {storage} | {one['latency']['p50_s']:.2f} / {one['latency']['p99_s']:.2f} s | "
+                        + " | ".join(_cell(ms.get(phase), ",.0f") for phase in FLOOR_PHASES)
+                        + f" | {_cell(_floor(one)['one_row_batch_ms'], ',.0f')}"
+                        + f" | {'-' if where == 'local' else sequential} |")
+    return "\n".join(rows)
+
+
+NEWEST_ONLY = {"requests", "cost", "floors"}
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "triggers": triggers_table, "requests": requests_table, "cost": cost_table}
+    "triggers": triggers_table, "requests": requests_table, "cost": cost_table, "floors": floors_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:
