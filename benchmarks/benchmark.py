@@ -32,10 +32,10 @@ one table of how each figure grows with partitions beside Spark's own Kafka sour
 (`report.print_axis`).
 
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
-Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
+Spark standalone cluster the benchmark starts and stops itself (harness/standalone.py: a
 master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
 the executors and their Python workers too, and the phases' tables and checkpoints live on an
-S3 server (S3Proxy, benchmarks/object_store.py) as a cluster without a shared disk needs.
+S3 server (S3Proxy, harness/object_store.py) as a cluster without a shared disk needs.
 
 `--object-store` runs only the object-store phase instead (benchmarks/object_store_cost.py): S3
 requests per one-row batch, idle second and maintenance pass, the floor on S3 beside local disk,
@@ -60,11 +60,11 @@ from typing import Any
 
 from benchmarks import floor, object_store_cost, records, report, spark_floor
 from benchmarks.cluster import Cluster
-from benchmarks.delay_proxy import DelayProxyProcess
-from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
+from harness.delay_proxy import DelayProxyProcess
+from harness.object_store import S3Server
 from synclib.logs import configure_logging
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.settings.kafka import kafka_client_config
@@ -119,7 +119,7 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
     parser.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
     parser.add_argument("--standalone-workers", type=int, default=0, metavar="K",
                         help="start a Spark standalone cluster from PySpark's jars (a master and K workers on "
-                        "localhost, benchmarks/standalone.py) and run the Spark work in its executors instead "
+                        "localhost, harness/standalone.py) and run the Spark work in its executors instead "
                         "of local[2]; CPU and memory then include the executors (default: 0, no cluster)")
     parser.add_argument("--standalone-cores", type=int, default=1, help="cores per worker (default: %(default)s)")
     parser.add_argument("--standalone-memory", default="1g",
@@ -139,7 +139,7 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
                         help="object-store phase: idle seconds counted per engine (default: %(default)s)")
     parser.add_argument("--request-delay-ms", type=float, default=20.0,
                         help="object-store phase: also measure the floor with each S3 request held this long by a "
-                        "proxy (benchmarks/delay_proxy.py; a real bucket's request time; 0: not measured; "
+                        "proxy (harness/delay_proxy.py; a real bucket's request time; 0: not measured; "
                         "default: %(default)s)")
     parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
                         "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
@@ -195,7 +195,7 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
 
         broker = stack.enter_context(EmbeddedBroker())
         return broker.bootstrap_servers, broker.pid
-    from benchmarks.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
+    from harness.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
 
     kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4))
     process = getattr(kafka.nodes[0], "_process", None)
@@ -421,7 +421,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
             if master_given:
                 print("--standalone-workers starts its own master: drop spark-submit's --master", file=sys.stderr)
                 return 2
-            from benchmarks.standalone import standalone_cluster
+            from harness.standalone import standalone_cluster
 
             signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the cluster stops however the run ends
             args.workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="synclib-bench-"))

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
-from benchmarks.procmem import TreeMemory
+from harness.procmem import TreeMemory
 from synclib.background import BackgroundThread
 from synclib.delta.table import META_BATCH_ID, parse_offsets, synclib_metadata
 from synclib.offsets import PartitionOffsets
 from synclib.settings import ForwarderConfig, load_config
 
 if TYPE_CHECKING:
-    from benchmarks.object_store import S3Server
+    from harness.object_store import S3Server
     from synclib.app.forwarder import Forwarder
 
 LOG_POLL_S = 0.01
