@@ -1,7 +1,7 @@
 """What a micro-batch costs on an object store: requests per batch by kind and owner, the one-row
 batch floor on S3 beside local disk, and a rough cost per day.
 
-    ./spark-submit.sh jobs/benchmark.py --object-store [--engines delta-rs,delta-spark]
+    ./spark-submit.sh jobs/benchmark.py object-store [--engines delta-rs,delta-spark]
 
 At the config's settings (conf/local.yaml by default) with the table and checkpoint on the S3
 server (S3Proxy, harness/object_store.py), per engine of `--engines`:
