@@ -28,8 +28,9 @@ from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
-from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
+from synclib.dead_letters.transformed import Transform
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.engine import resolve_engine
 from synclib.delta.stream import DeltaStream, start_delta_stream

@@ -44,6 +44,7 @@ SPARK_MODULES = frozenset({
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
     "synclib.app.direct_source",  # the source on the direct write path
     "synclib.dead_letters.sink", "synclib.dead_letters.replay",  # the dead-letter sink, replaying dead letters
+    "synclib.dead_letters.transformed",  # source rows through the transform: kept, poison, rejected
     "synclib.dead_letters.source_rows",  # a micro-batch's source rows again, for the dead-letter sink
     "synclib.dead_letters.commands",  # listing and replaying dead letters (a Spark job)
 })
