@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synclib.settings",),
     ("synclib.leader",),
     ("synclib.source", "synclib.delta"),  # siblings: neither imports the other
-    ("synclib.dead_letters",),  # the dead-letter sink over the source's rows and the Delta writers
+    # over the source's rows and the Delta writers: the dead-letter sink; the direct write path's source
+    ("synclib.dead_letters", "synclib.direct"),
     ("synclib.embedded",),
     ("synclib.app",),
     ("synclib.cli", "synclib.__main__"),  # the command line over every command
@@ -42,7 +43,7 @@ SPARK_MODULES = frozenset({
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.app.session",  # the job's Spark session
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
-    "synclib.app.direct_source",  # the source on the direct write path
+    "synclib.direct.source",  # the source on the direct write path
     "synclib.dead_letters.sink", "synclib.dead_letters.replay",  # the dead-letter sink, replaying dead letters
     "synclib.dead_letters.transformed",  # source rows through the transform: kept, poison, rejected
     "synclib.dead_letters.source_rows",  # a micro-batch's source rows again, for the dead-letter sink
