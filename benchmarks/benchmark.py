@@ -2,7 +2,11 @@
 kafka-python and librdkafka consumers, gate latency, the micro-batch floor and peak memory, in
 one run on the embedded broker, on Apache Kafka or on a given cluster.
 
-After one untimed pass of each Spark contender over the backlog (JIT compilation, Python
+    spark-submit jobs/benchmark.py [run] [options]          the benchmark below (no subcommand: run)
+    spark-submit jobs/benchmark.py object-store [options]   the object-store phase alone
+    spark-submit jobs/benchmark.py growth [options]         table growth alone (no Spark)
+
+`run`: after one untimed pass of each Spark contender over the backlog (JIT compilation, Python
 workers), per run (`--runs K`, medians reported, the load average printed with each run), on
 one backlog of `--messages` records per partition:
 
@@ -32,14 +36,14 @@ one table of how each figure grows with partitions beside Spark's own Kafka sour
 (`report.print_axis`).
 
 Spark runs in local[2], in the master spark-submit names, or with `--standalone-workers K` on a
-Spark standalone cluster the benchmark starts and stops itself (benchmarks/standalone.py: a
+Spark standalone cluster the benchmark starts and stops itself (harness/standalone.py: a
 master and K one-core workers on localhost, from PySpark's own jars); CPU and memory then count
 the executors and their Python workers too, and the phases' tables and checkpoints live on an
-S3 server (S3Proxy, benchmarks/object_store.py) as a cluster without a shared disk needs.
+S3 server (S3Proxy, harness/object_store.py) as a cluster without a shared disk needs.
 
-`--object-store` runs only the object-store phase instead (benchmarks/object_store_cost.py): S3
-requests per one-row batch, idle second and maintenance pass, the floor on S3 beside local disk,
-and the cost per day.
+`object-store` runs only the object-store phase (benchmarks/object_store_cost.py): S3 requests
+per one-row batch, idle second and maintenance pass, the floor on S3 beside local disk, and the
+cost per day. `growth` runs benchmarks/growth.py with its own options.
 """
 
 from __future__ import annotations
@@ -60,11 +64,11 @@ from typing import Any
 
 from benchmarks import floor, object_store_cost, records, report, spark_floor
 from benchmarks.cluster import Cluster
-from benchmarks.delay_proxy import DelayProxyProcess
-from benchmarks.object_store import S3Server
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
+from harness.delay_proxy import DelayProxyProcess
+from harness.object_store import S3Server
 from synclib.logs import configure_logging
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 from synclib.settings.kafka import kafka_client_config
@@ -77,90 +81,132 @@ DEFAULT_OUTPUT = "benchmark-results.json"
 SPARK_BEST = "0ms"  # Spark's best trigger for latency: a processing-time trigger of 0
 
 
-def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=default_config, help="forwarder YAML (default: %(default)s)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+RUN, OBJECT_STORE, GROWTH = "run", "object-store", "growth"  # the subcommands; none given: run
+DEFAULTS = Settings()
+
+
+def _common() -> argparse.ArgumentParser:
+    """The options of every Spark subcommand: the config, the broker, the engines, where results go, the cluster."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="forwarder YAML (default: conf/local.yaml)")
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a forwarder config key, e.g. --set trigger.min_interval=500ms")
-    parser.add_argument("--bootstrap", help="benchmark this cluster instead of the config's (default: the "
+    common.add_argument("--bootstrap", help="benchmark this cluster instead of the config's (default: the "
                         "config's; 'embedded' starts the embedded broker, 'apache-kafka' a one-node Apache "
                         "Kafka 4 and 'apache-kafka-3.9' a Kafka 3.9, both from jvm/ivy.xml)")
-    parser.add_argument("--engines", default="delta-rs,delta-spark",
-                        help="Delta engines of the forwarder and of Spark's Kafka source, comma-separated; the "
-                        "first one also runs the latency, floor and memory phases (default: %(default)s)")
-    parser.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
-                        help="skip Spark's own Kafka source (spark-sql-kafka-0-10 on the classpath)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of phases 1-3; medians reported")
-    parser.add_argument("--partitions", default="4", help="partitions of the topics; several, comma-separated "
-                        "(e.g. 4,64,256,1024): the partitions axis, the same total backlog each time")
-    parser.add_argument("--messages", type=int, default=250_000,
-                        help="backlog N per partition (with several --partitions: at the first count)")
-    parser.add_argument("--value-bytes", type=int, default=200)
-    parser.add_argument("--warmup", type=float, default=0.2,
-                        help="fraction of N released first, untimed (JVM JIT and Python workers warm up)")
-    parser.add_argument("--no-warmup-run", dest="warmup_run", action="store_false",
-                        help="skip the untimed forwarder pass over the backlog that warms up the JVM first")
-    parser.add_argument("--memory-messages", type=int, default=50_000, help="memory phase N per partition")
-    parser.add_argument("--memory-scale", type=int, default=10, help="memory phase: N, then this times N (0: skip)")
-    parser.add_argument("--latency-steps", type=int, default=20, help="leader commit steps per run (0: skip)")
-    parser.add_argument("--latency-interval", type=float, default=1.0, help="mean seconds between steps")
-    parser.add_argument("--latency-rate", type=float, default=5000.0, help="events/s during the latency phase")
-    parser.add_argument("--latency-triggers", default="",
-                        help="comma-separated triggers of the latency phase: leader (trigger.mode leader) or an "
-                        "interval (trigger.mode processing_time), e.g. leader,400ms (default: the config's)")
-    parser.add_argument("--floor-steps", type=int, default=12,
+    common.add_argument("--engines", default="delta-rs,delta-spark",
+                        help="Delta engines, comma-separated; with run, of the forwarder and of Spark's Kafka "
+                        "source, the first one also running the latency, floor and memory phases (default: "
+                        "%(default)s)")
+    common.add_argument("--floor-steps", type=int, default=12,
                         help="one-row batches per trigger in the floor phase (0: skip)")
-    parser.add_argument("--floor-triggers", default="",
-                        help="comma-separated triggers of the floor phase, as --latency-triggers (default: the "
-                        "config's); beside them Spark's Kafka source into delta-rs at its best trigger (0)")
-    parser.add_argument("--spark-floor-seconds", type=float, default=30.0,
-                        help="Spark's own floor (benchmarks/spark_floor.py, rate source -> Parquet at trigger 0) "
-                        "this long after the floor phase (0: skip)")
-    parser.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
-    parser.add_argument("--standalone-workers", type=int, default=0, metavar="K",
+    common.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
+    common.add_argument("--standalone-workers", type=int, default=0, metavar="K",
                         help="start a Spark standalone cluster from PySpark's jars (a master and K workers on "
-                        "localhost, benchmarks/standalone.py) and run the Spark work in its executors instead "
+                        "localhost, harness/standalone.py) and run the Spark work in its executors instead "
                         "of local[2]; CPU and memory then include the executors (default: 0, no cluster)")
-    parser.add_argument("--standalone-cores", type=int, default=1, help="cores per worker (default: %(default)s)")
-    parser.add_argument("--standalone-memory", default="1g",
+    common.add_argument("--standalone-cores", type=int, default=1, help="cores per worker (default: %(default)s)")
+    common.add_argument("--standalone-memory", default="1g",
                         help="memory per worker, all of it its executor's heap (default: %(default)s)")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
-    parser.add_argument("--record", metavar="NAME", help="add the run's latency and floor figures (or with "
-                        "--object-store its request counts) to benchmarks/results/NAME.json, which the docs' "
+    common.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
+    common.add_argument("--record", metavar="NAME", help="add the run's figures (run: latency and floor; "
+                        "object-store: request counts) to benchmarks/results/NAME.json, which the docs' "
                         "tables are rendered from (benchmarks/records.py)")
-    parser.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
-    parser.add_argument("--log-level", default="WARNING")
-    parser.add_argument("--object-store", action="store_true", help="run only the object-store phase instead "
-                        "(benchmarks/object_store_cost.py: S3 requests per one-row batch, idle second and "
-                        "maintenance pass by kind and owner, the floor on S3 beside local disk, cost per day)")
-    parser.add_argument("--cost-batches", type=int, default=20,
-                        help="object-store phase: one-row batches counted per engine (default: %(default)s)")
-    parser.add_argument("--cost-idle", type=float, default=10.0,
-                        help="object-store phase: idle seconds counted per engine (default: %(default)s)")
-    parser.add_argument("--request-delay-ms", type=float, default=20.0,
-                        help="object-store phase: also measure the floor with each S3 request held this long by a "
-                        "proxy (benchmarks/delay_proxy.py; a real bucket's request time; 0: not measured; "
-                        "default: %(default)s)")
-    parser.add_argument("--growth", action="store_true", help="run only the table growth phase instead "
-                        "(benchmarks/growth.py: batch commit and read time at 100 vs 20,000 versions)")
-    args = parser.parse_args(argv)
-    try:
-        args.partition_axis = [int(p) for p in args.partitions.split(",") if p.strip()]
-    except ValueError:
-        parser.error(f"--partitions takes comma-separated integers, not {args.partitions!r}")
-    args.partitions = args.partition_axis[0] if args.partition_axis else 0
-    if args.runs < 1 or min(args.partition_axis, default=0) < 1 or args.messages < 10 or not 0 < args.warmup < 1:
-        parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
+    common.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
+    common.add_argument("--log-level", default="WARNING")
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.splitlines()[0],
+                                     epilog=f"without a subcommand: {RUN}")
+    modes = parser.add_subparsers(dest="command", required=True, metavar="{run,object-store,growth}")
+    common = _common()
+    run = modes.add_parser(RUN, parents=[common], help="the benchmark: throughput, gate latency, floor, memory")
+    run.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
+                     help="skip Spark's own Kafka source (spark-sql-kafka-0-10 on the classpath)")
+    run.add_argument("--runs", type=int, default=DEFAULTS.runs, help="runs of phases 1-3; medians reported")
+    run.add_argument("--partitions", default=str(DEFAULTS.partitions), help="partitions of the topics; several, "
+                     "comma-separated (e.g. 4,64,256,1024): the partitions axis, the same total backlog each time")
+    run.add_argument("--messages", type=int, default=DEFAULTS.messages,
+                     help="backlog N per partition (with several --partitions: at the first count)")
+    run.add_argument("--value-bytes", type=int, default=DEFAULTS.value_bytes)
+    run.add_argument("--warmup", type=float, default=DEFAULTS.warmup,
+                     help="fraction of N released first, untimed (JVM JIT and Python workers warm up)")
+    run.add_argument("--no-warmup-run", dest="warmup_run", action="store_false",
+                     help="skip the untimed forwarder pass over the backlog that warms up the JVM first")
+    run.add_argument("--memory-messages", type=int, default=DEFAULTS.memory_messages,
+                     help="memory phase N per partition")
+    run.add_argument("--memory-scale", type=int, default=DEFAULTS.memory_scale,
+                     help="memory phase: N, then this times N (0: skip)")
+    run.add_argument("--latency-steps", type=int, default=DEFAULTS.latency_steps,
+                     help="leader commit steps per run (0: skip)")
+    run.add_argument("--latency-interval", type=float, default=DEFAULTS.latency_interval_s,
+                     help="mean seconds between steps")
+    run.add_argument("--latency-rate", type=float, default=DEFAULTS.latency_rate,
+                     help="events/s during the latency phase")
+    run.add_argument("--latency-triggers", default="",
+                     help="comma-separated triggers of the latency phase: leader (trigger.mode leader) or an "
+                     "interval (trigger.mode processing_time), e.g. leader,400ms (default: the config's)")
+    run.add_argument("--floor-triggers", default="",
+                     help="comma-separated triggers of the floor phase, as --latency-triggers (default: the "
+                     "config's); beside them Spark's Kafka source into delta-rs at its best trigger (0)")
+    run.add_argument("--spark-floor-seconds", type=float, default=30.0,
+                     help="Spark's own floor (benchmarks/spark_floor.py, rate source -> Parquet at trigger 0) "
+                     "this long after the floor phase (0: skip)")
+    store = modes.add_parser(OBJECT_STORE, parents=[common], help="the object-store phase alone "
+                             "(benchmarks/object_store_cost.py: S3 requests per one-row batch, idle second and "
+                             "maintenance pass by kind and owner, the floor on S3 beside local disk, cost per day)")
+    store.add_argument("--partitions", type=int, default=DEFAULTS.partitions, help="partitions of the topics")
+    store.add_argument("--cost-batches", type=int, default=20,
+                       help="one-row batches counted per engine (default: %(default)s)")
+    store.add_argument("--cost-idle", type=float, default=10.0,
+                       help="idle seconds counted per engine (default: %(default)s)")
+    store.add_argument("--request-delay-ms", type=float, default=20.0,
+                       help="also measure the floor with each S3 request held this long by a proxy "
+                       "(harness/delay_proxy.py; a real bucket's request time; 0: not measured; "
+                       "default: %(default)s)")
+    growth = modes.add_parser(GROWTH, add_help=False, help="table growth alone (benchmarks/growth.py: batch "
+                              "commit and read time at 100 vs 20,000 versions, no Spark); its options are "
+                              "growth's own (growth --help)")
+    growth.set_defaults(log_level="WARNING")
+    return parser
+
+
+def with_command(argv: Sequence[str]) -> list[str]:
+    """`argv` naming its subcommand: `run` when it names none."""
+    given = list(argv)
+    return given if given[:1] and given[0] in (RUN, OBJECT_STORE, GROWTH, "-h", "--help") else [RUN, *given]
+
+
+def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> argparse.Namespace:
+    parser = _parser()
+    args, rest = parser.parse_known_args(with_command(argv))
+    if args.command == GROWTH:  # growth parses its own options
+        args.growth_args = rest
+        return args
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.config = args.config or default_config
     if args.standalone_workers < 0 or args.standalone_cores < 1:
         parser.error("need --standalone-workers >= 0 and --standalone-cores >= 1")
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not args.engines or any(e not in (DELTA_RS, DELTA_SPARK) for e in args.engines):
         parser.error(f"--engines takes {DELTA_RS} and/or {DELTA_SPARK}")
-    try:
-        args.latency_triggers = [trigger_label(t) for t in args.latency_triggers.split(",") if t.strip()]
-        args.floor_triggers = [trigger_label(t) for t in args.floor_triggers.split(",") if t.strip()]
-    except ValueError as exc:
-        parser.error(f"--latency-triggers and --floor-triggers take 'leader' or intervals: {exc}")
+    if args.command == RUN:
+        try:
+            args.partition_axis = [int(p) for p in args.partitions.split(",") if p.strip()]
+        except ValueError:
+            parser.error(f"--partitions takes comma-separated integers, not {args.partitions!r}")
+        args.partitions = args.partition_axis[0] if args.partition_axis else 0
+        if (args.runs < 1 or min(args.partition_axis, default=0) < 1 or args.messages < 10
+                or not 0 < args.warmup < 1):
+            parser.error("need --runs >= 1, --partitions >= 1, --messages >= 10 and 0 < --warmup < 1")
+        try:
+            args.latency_triggers = [trigger_label(t) for t in args.latency_triggers.split(",") if t.strip()]
+            args.floor_triggers = [trigger_label(t) for t in args.floor_triggers.split(",") if t.strip()]
+        except ValueError as exc:
+            parser.error(f"--latency-triggers and --floor-triggers take 'leader' or intervals: {exc}")
     try:  # a bad --set or config stops here, in one line, before Spark starts
         load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -195,7 +241,7 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
 
         broker = stack.enter_context(EmbeddedBroker())
         return broker.bootstrap_servers, broker.pid
-    from benchmarks.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
+    from harness.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
 
     kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4))
     process = getattr(kafka.nodes[0], "_process", None)
@@ -257,11 +303,12 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
     overrides = base_overrides + ([f"kafka.bootstrap_servers={args.bootstrap}"] if args.bootstrap and not kind else [])
     base = load_config(args.config, [*overrides, "embedded=null"] if args.bootstrap
                        and args.bootstrap != "embedded" and not kind else overrides)
-    settings = Settings(args.partitions, args.messages, args.value_bytes, args.warmup, args.memory_messages,
-                        args.memory_scale,
-                        args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
+    object_store = args.command == OBJECT_STORE
+    settings = Settings(args.partitions) if object_store else Settings(
+        args.partitions, args.messages, args.value_bytes, args.warmup, args.memory_messages, args.memory_scale,
+        args.latency_steps, args.latency_interval, args.latency_rate, args.runs)
     trigger = config_trigger(base)
-    latency_triggers = args.latency_triggers or [trigger]
+    latency_triggers = [trigger] if object_store else args.latency_triggers or [trigger]
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     results: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "engines": args.engines,
                                             "trigger": trigger, "latency_triggers": latency_triggers},
@@ -278,11 +325,11 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
         cluster = Cluster(client_config, settings.partitions)
         stack.callback(cluster.close)
         # a cluster has no shared disk: its tables and checkpoints go to an S3 server
-        store = _object_store(stack, spark, workdir) if args.object_store or args.standalone_workers else None
+        store = _object_store(stack, spark, workdir) if object_store or args.standalone_workers else None
         on_s3: dict[str, Any] = {"store": store, "bucket": store.bucket("bench")} if store is not None else {}
         bench = Bench(settings, args.config, overrides, bootstrap, cluster, workdir, jvm_pid, broker_pid, roots,
                       **(on_s3 if args.standalone_workers else {}))
-        if args.object_store:
+        if object_store:
             assert store is not None
             delayed = None
             if args.request_delay_ms > 0:
@@ -395,10 +442,10 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
     passes the repository's conf/local.yaml: spark-submit may import synclib from a zip)."""
     args = parse_args(sys.argv[1:] if argv is None else argv, default_config)
     configure_logging(args.log_level, clients_at_least=logging.ERROR)
-    if args.growth:
+    if args.command == GROWTH:
         from benchmarks import growth
 
-        return growth.main(["--workdir", args.workdir] if args.workdir else [])
+        return growth.main(args.growth_args)
     from pyspark.sql import SparkSession
 
     from synclib.app.session import with_session_defaults
@@ -421,7 +468,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
             if master_given:
                 print("--standalone-workers starts its own master: drop spark-submit's --master", file=sys.stderr)
                 return 2
-            from benchmarks.standalone import standalone_cluster
+            from harness.standalone import standalone_cluster
 
             signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the cluster stops however the run ends
             args.workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="synclib-bench-"))
@@ -436,7 +483,7 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         spark = builder.getOrCreate()
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("WARN")
-        if args.object_store:
+        if args.command == OBJECT_STORE:
             results = run(spark, args, save, roots)
             print("\n".join(object_store_cost.table(results["object_store"])), flush=True)
             if args.record:
@@ -461,8 +508,8 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
 
 
 def recorded_command(argv: Sequence[str] | None) -> str:
-    """The command as a record names it: without where its outputs went."""
-    given, kept = list(sys.argv[1:] if argv is None else argv), []
+    """The command as a record names it: its subcommand always, without where its outputs went."""
+    given, kept = with_command(sys.argv[1:] if argv is None else argv), []
     while given:
         option = given.pop(0)
         if option in ("--record", "--output", "--workdir"):

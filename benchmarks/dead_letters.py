@@ -1,4 +1,4 @@
-"""What dead letters cost: the same events forwarded through the same transform (benchmarks.poison's
+"""What dead letters cost: the same events forwarded through the same transform (harness.poison's
 parse_events) by the plain sink (keeping the rows the transform does not reject, as a user
 without dead letters would) and by the dead-letter sink, then with one poison row per batch
 (a number too large for the int column, in partition 0).
@@ -24,7 +24,7 @@ from typing import Any
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
-from benchmarks.poison import ERROR_COLUMN, TOO_LARGE, parse_events
+from harness.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 from synclib.app.resume import initial_offsets_file
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows

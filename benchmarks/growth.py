@@ -1,7 +1,7 @@
 """Growth: per-batch commit time and full-table read time as a table ages, maintenance on and off.
 
     python -m benchmarks.growth [--versions 20000] [--batches 40] [--store local|s3] [--workdir DIR] [--output FILE]
-    (or spark-submit jobs/benchmark.py --growth, which runs this instead of the Spark phases)
+    (or spark-submit jobs/benchmark.py growth [the same options])
 
 For each mode a table aged to 100 versions and one aged to `--versions` are measured together,
 their micro-batches alternated:
@@ -23,13 +23,13 @@ settings, min_age 0, before each measurement, and batch commits leaving checkpoi
 log's length is per-batch cost) and `reopen` (like `off`, but the table is reopened for every
 commit, the commit path before incremental updates).
 
-`--store s3` puts the delta-rs table on the S3 server of `benchmarks.object_store` (S3Proxy;
+`--store s3` puts the delta-rs table on the S3 server of `harness.object_store` (S3Proxy;
 aging writes the server's files directly) and counts the requests per micro-batch. S3Proxy's
 filesystem backend answers a listing by walking its directory, so its times grow with the log
 where S3's, which lists from an offset, do not: the request counts are the S3 measurement.
 
 `spark-on` and `spark-off` do the same with `sink.engine: delta-spark`: the forwarder's
-`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`benchmarks.jvm`), each
+`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`harness.jvm`), each
 micro-batch timed around the whole Delta write (Spark writes the file and commits; there is no
 separate commit to time), `spark-on` with `spark_maintenance.run_pass` (Delta's OPTIMIZE,
 VACUUM, checkpoints every `checkpoint_interval`, synclib's log cleanup) before each
@@ -58,8 +58,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from benchmarks import jvm
-from benchmarks.object_store import Request, S3Server
+from harness import jvm
+from harness.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.commits import commit_metadata
@@ -300,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20, help="events per version")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
     parser.add_argument("--store", choices=("local", "s3"), default="local",
-                        help="the delta-rs table on local disk or on an S3 server (benchmarks.object_store)")
+                        help="the delta-rs table on local disk or on an S3 server (harness.object_store)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=None, help="JSON results")
     args = parser.parse_args(argv)

@@ -1,10 +1,10 @@
 """What a micro-batch costs on an object store: requests per batch by kind and owner, the one-row
 batch floor on S3 beside local disk, and a rough cost per day.
 
-    ./spark-submit.sh jobs/benchmark.py --object-store [--engines delta-rs,delta-spark]
+    ./spark-submit.sh jobs/benchmark.py object-store [--engines delta-rs,delta-spark]
 
 At the config's settings (conf/local.yaml by default) with the table and checkpoint on the S3
-server (S3Proxy, benchmarks/object_store.py), per engine of `--engines`:
+server (S3Proxy, harness/object_store.py), per engine of `--engines`:
 
 1. requests of steady-state one-row micro-batches: the leader releases one event, the forwarder
    writes it; each step's requests are counted from the server's log, by kind (LIST, GET, HEAD,
@@ -16,7 +16,7 @@ server (S3Proxy, benchmarks/object_store.py), per engine of `--engines`:
    each counted alone with the query stopped: after the batches, again with nothing new, one that
    writes a Delta log checkpoint (interval 1 for that pass), and one right after the checkpoint;
 4. the one-row floor (benchmarks/floor.py) at the config's trigger on local disk, on S3, and on S3
-   behind a proxy that holds each request `--request-delay-ms` (benchmarks/delay_proxy.py: the
+   behind a proxy that holds each request `--request-delay-ms` (harness/delay_proxy.py: the
    test server answers in about a millisecond, a real bucket in tens), beside the requests on a
    one-row batch's path from the leader's commit to the Delta commit (one batch runs at a time and
    nothing else does, so they are sequential: each adds a round trip to the batch's latency).
@@ -38,7 +38,8 @@ from typing import Any
 
 from benchmarks import floor
 from benchmarks.cluster import PartitionEnds
-from benchmarks.object_store import (
+from benchmarks.phases import Bench
+from harness.object_store import (
     DATA_FILES,
     DELTA_LOG,
     SPARK_CHECKPOINT,
@@ -48,7 +49,6 @@ from benchmarks.object_store import (
     kind,
     owner,
 )
-from benchmarks.phases import Bench
 from synclib.app.metrics import batch_duration_ms
 from synclib.delta.maintenance import PassReport
 from synclib.settings import ForwarderConfig
@@ -67,7 +67,7 @@ AFTER_CHECKPOINT = 3  # batches counted after the maintenance passes
 _COMMIT_ENTRY = re.compile(r"/_delta_log/[0-9]{20}\.json$")  # a Delta commit's log entry (its PUT commits)
 DAY_S = 86_400.0
 MAINTENANCE = "maintenance"
-DELAYED = "s3, each request delayed"  # the floor behind benchmarks.delay_proxy
+DELAYED = "s3, each request delayed"  # the floor behind harness.delay_proxy
 
 
 def tally(requests: Sequence[Request], table: str, checkpoint: str,
@@ -238,7 +238,7 @@ def run(spark: Any, local: Bench, s3: Bench, engines: Sequence[str], batches: in
         save: Callable[[Mapping[str, Any]], None], delayed: Bench | None = None,
         request_delay_ms: float = 0.0) -> dict[str, Any]:
     """Per engine: the request counts on S3 and the floor on local disk, on S3 and, with `delayed`
-    (a bench whose server is reached through `benchmarks.delay_proxy`, in a bucket of its own: Spark's
+    (a bench whose server is reached through `harness.delay_proxy`, in a bucket of its own: Spark's
     S3A clients are cached per bucket), on S3 at a real bucket's request time; each part through
     `attempt` (a failure is reported, the other parts' numbers stay) and saved when done;
     `request_delay_ms`: the proxy's delay, for the report."""

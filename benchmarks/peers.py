@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
 from benchmarks.phases import STOP_TIMEOUT_S, DeltaLogWatcher
-from benchmarks.procmem import TreeMemory
+from harness.procmem import TreeMemory
 from synclib.delta.table import DATE_COLUMN
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 

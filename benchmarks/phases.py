@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.cluster import LEADER_GROUP, WAIT_TIMEOUT_S, Cluster, LiveProducer, PartitionEnds
-from benchmarks.procmem import TreeMemory
+from harness.procmem import TreeMemory
 from synclib.background import BackgroundThread
 from synclib.delta.table import META_BATCH_ID, parse_offsets, synclib_metadata
 from synclib.offsets import PartitionOffsets
 from synclib.settings import ForwarderConfig, load_config
 
 if TYPE_CHECKING:
-    from benchmarks.object_store import S3Server
+    from harness.object_store import S3Server
     from synclib.app.forwarder import Forwarder
 
 LOG_POLL_S = 0.01
@@ -33,16 +33,17 @@ STOP_TIMEOUT_S = 60.0  # a query still in its batch after this is stopped mid-ba
 
 @dataclass(frozen=True)
 class Settings:
-    partitions: int
-    messages: int  # per partition: the backlog N
-    value_bytes: int
-    warmup: float  # fraction of the backlog released first, not timed
-    memory_messages: int  # per partition: the memory phase's N
-    memory_scale: int  # the memory phase reads N, then memory_scale * N; 0 skips it
-    latency_steps: int
-    latency_interval_s: float  # mean time between leader commits; each wait is uniform in [0.5x, 1.5x]
-    latency_rate: float  # events/s produced during the latency phase
-    runs: int
+    """The phases' sizes; the defaults are the benchmark's (`jobs/benchmark.py run`)."""
+    partitions: int = 4
+    messages: int = 250_000  # per partition: the backlog N
+    value_bytes: int = 200
+    warmup: float = 0.2  # fraction of the backlog released first, not timed
+    memory_messages: int = 50_000  # per partition: the memory phase's N
+    memory_scale: int = 10  # the memory phase reads N, then memory_scale * N; 0 skips it
+    latency_steps: int = 20
+    latency_interval_s: float = 1.0  # mean time between leader commits; each wait is uniform in [0.5x, 1.5x]
+    latency_rate: float = 5000.0  # events/s produced during the latency phase
+    runs: int = 3
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

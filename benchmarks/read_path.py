@@ -49,7 +49,7 @@ def read(bootstrap_servers: str, partitions: int, rows: int) -> None:
 def broker(stack: ExitStack, kind: str) -> str:
     if kind == "embedded":
         return stack.enter_context(EmbeddedBroker()).bootstrap_servers
-    from benchmarks.apache_kafka import KafkaCluster
+    from harness.apache_kafka import KafkaCluster
 
     directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="read-path-"))
     return stack.enter_context(KafkaCluster(1, directory=directory)).bootstrap_servers

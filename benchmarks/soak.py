@@ -2,10 +2,10 @@
 
     python -m benchmarks.soak [--minutes 20] [--rate 2000] [--kills 3] [--pause 20] [--keep DIR] [--object-store]
 
-Runs the real job (`spark-submit jobs/forwarder.py`, `benchmarks.job_world.JobRun`) against a
+Runs the real job (`spark-submit jobs/forwarder.py`, `harness.job_world.JobRun`) against a
 live producer and a simulated leader on an embedded broker, with table maintenance every
 30 s. The kills come at 30%, 45% and 60% of the run (the second one inside a maintenance
-commit, `benchmarks.job_files.MAINTENANCE`; the others wherever the job is), the broker is
+commit, `harness.job_files.MAINTENANCE`; the others wherever the job is), the broker is
 frozen (SIGSTOP) for `--pause` seconds at 70%, so the first and the last quarter run
 undisturbed. With `--object-store` the table and the checkpoint are on an S3 server (S3Proxy,
 started under the files' directory). At the end the producer stops, one `--available-now` run forwards the rest and
@@ -14,7 +14,7 @@ every kill nothing beyond the leader's commit, no duplicate, no gap.
 
 Reported: the exactly-once verdict, live files and versions of the table, maintenance
 passes, batch durations (Spark's offset-log write to its commit-log write, from the
-checkpoint's file times) p50/p99 and peak RSS per process role (`benchmarks.procmem`) in the
+checkpoint's file times) p50/p99 and peak RSS per process role (`harness.procmem`) in the
 first and the last quarter. Not run in CI; `tests/e2e/test_maintenance.py` runs a short one.
 """
 
@@ -36,11 +36,11 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from benchmarks import procmem
-from benchmarks.crash_harness import CrashHarness, Tally
-from benchmarks.job_files import MAINTENANCE
-from benchmarks.job_world import JobRun, KafkaWorld
-from benchmarks.object_store import S3Server
+from harness import procmem
+from harness.crash_harness import CrashHarness, Tally
+from harness.job_files import MAINTENANCE
+from harness.job_world import JobRun, KafkaWorld
+from harness.object_store import S3Server
 from synclib.background import BackgroundThread
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
@@ -74,7 +74,7 @@ class SoakReport:
     live_files: int
     versions: int
     maintenance_passes: int
-    kill_windows: dict[str, int]  # where the kills landed (`benchmarks.job_files.WINDOWS`)
+    kill_windows: dict[str, int]  # where the kills landed (`harness.job_files.WINDOWS`)
     table: str  # the job's table location
     first: Window
     last: Window

@@ -33,7 +33,7 @@ from synclib.logs import configure_logging
 from synclib.settings import ConfigError, ForwarderConfig, load_config
 
 if TYPE_CHECKING:  # the type only: the dead-letter sink loads pyspark
-    from synclib.dead_letters.sink import Transform
+    from synclib.dead_letters.transformed import Transform
 
 Body = Callable[[argparse.Namespace, ForwarderConfig, "Transform | None"], int]
 

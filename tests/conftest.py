@@ -1,7 +1,7 @@
 """Session fixtures: one local-mode SparkSession, one Kafka-protocol broker, unique topics.
 
 SYNCLIB_TEST_BROKER picks the broker: `apache-kafka` (the default and the reference: a
-single-node KRaft Apache Kafka 4.x from jvm/ivy.xml, `benchmarks.apache_kafka`),
+single-node KRaft Apache Kafka 4.x from jvm/ivy.xml, `harness.apache_kafka`),
 `apache-kafka-3.9`, `tansu` (the embedded default's broker) or `librdkafka-mock`
 (librdkafka's mock cluster, tests/mock_cluster.py); KAFKA_BOOTSTRAP_SERVERS names a running
 Kafka instead. A test that a broker cannot support is marked
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from benchmarks import apache_kafka, jvm
-from benchmarks.object_store import S3Server
+from harness import apache_kafka, jvm
+from harness.object_store import S3Server
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
 from tests import librdkafka, mock_cluster
@@ -159,7 +159,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """S3Proxy on a free loopback port for the whole session (benchmarks/object_store.py)."""
+    """S3Proxy on a free loopback port for the whole session (harness/object_store.py)."""
     with S3Server(tmp_path_factory.mktemp("s3")) as server:
         yield server
 

@@ -14,7 +14,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from benchmarks.job_world import classpath_options
+from harness.job_world import classpath_options
 from synclib.delta.table import read_table_offsets
 from synclib.embedded.broker import tied_to_this_process
 from synclib.kafka.admin import group_offsets

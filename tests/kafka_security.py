@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.apache_kafka import (
+from harness.apache_kafka import (
     CLIENT,
     KafkaCluster,
     ScramUser,

@@ -1,12 +1,12 @@
 """Poison events for the dead-letter tests: a topic of two partitions with events the transform
-`benchmarks.poison.parse_events` cannot handle at known offsets, one of each kind."""
+`harness.poison.parse_events` cannot handle at known offsets, one of each kind."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from benchmarks.poison import BOOM, NOT_JSON, TOO_LARGE
+from harness.poison import BOOM, NOT_JSON, TOO_LARGE
 from tests.support import produce
 
 # (partition, offset) -> (value, the dead letter's error_class)

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from confluent_kafka import Producer
 
-from benchmarks.job_world import wait_for
+from harness.job_world import wait_for
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.subscription import Subscription
 from synclib.leader.commitlog import Commit, encode_commit
@@ -25,7 +25,7 @@ def wait_until(
     condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.05
 ) -> T:
     """Poll `condition` until it returns something truthy; fail with `what` at the deadline
-    (`benchmarks.job_world.wait_for` without a job)."""
+    (`harness.job_world.wait_for` without a job)."""
     return wait_for(condition, timeout_s, what, interval_s=interval_s)
 
 

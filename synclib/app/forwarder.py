@@ -19,7 +19,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
-from synclib.app import direct_source
 from synclib.app.gate_latency import GateLatency
 from synclib.app.monitoring import Monitoring
 from synclib.app.progress import ProgressReporter, dead_letters_note, format_summary
@@ -28,12 +27,14 @@ from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
-from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform, start_with_dead_letters
+from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
+from synclib.dead_letters.transformed import Transform
 from synclib.delta import maintenance, spark_maintenance
 from synclib.delta.engine import resolve_engine
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
+from synclib.direct import source as direct_source
 from synclib.embedded.default_world import EmbeddedWorld
 from synclib.exit_codes import ExitCode
 from synclib.locations import read_text

@@ -15,7 +15,7 @@ from synclib.exit_codes import ExitCode
 from synclib.settings import ForwarderConfig
 
 if TYPE_CHECKING:  # the type only: the dead-letter sink loads pyspark
-    from synclib.dead_letters.sink import Transform
+    from synclib.dead_letters.transformed import Transform
 
 logger = logging.getLogger("synclib.forwarder")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 from synclib.settings import ConfigError
 
 if TYPE_CHECKING:  # the type only: importing the sink would load pyspark before the config is checked
-    from synclib.dead_letters.sink import Transform
+    from synclib.dead_letters.transformed import Transform
 
 
 def load_transform(spec: str, config_path: str) -> Transform:

@@ -16,7 +16,7 @@ from synclib.settings import ForwarderConfig
 if TYPE_CHECKING:  # the types only: the command line parses these arguments without loading pyspark
     from pyspark.sql import SparkSession
 
-    from synclib.dead_letters.sink import Transform
+    from synclib.dead_letters.transformed import Transform
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from synclib.dead_letters.isolation import describe
-from synclib.dead_letters.sink import DeadLetterBatches, Limits, Transform
+from synclib.dead_letters.transformed import Transform, TransformedRows
 from synclib.delta import commit_lock
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.table import DATE_COLUMN, open_table, read_arrow
@@ -83,17 +83,16 @@ def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, 
         rows = raw.count()
         columns_out = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
         target = DeltaTarget(engine, normalize_location(main_path), "", tuple(columns_out))
-        batches = DeadLetterBatches(target, target, transform, error_column,
-                                    Limits(max_fraction=1.0, max_rows=max(rows, 1)),
-                                    source_rows=lambda _spark, _batch: raw, partition_by_date=partition_by_date)
-        _, keys, poison = batches.isolate_poison(raw, None) if rows else (0, [], [])
+        transformed = TransformedRows(transform, error_column, partition_by_date)
+        # every row may be poison here: they all failed once
+        _, keys, poison = transformed.isolate_poison(raw, None, max_rows=rows) if rows else (0, [], [])
         failing = {f.key: f"{f.error_class}: {first_line(f.message)}" for f in poison}
         good = raw.where(~_keys_in(list(failing))) if failing else raw
         if error_column is not None and rows:
-            for r in batches.rejected_rows(good, []).collect():
+            for r in transformed.rejected_rows(good, []).collect():
                 failing[(r[0], int(r[1]), int(r[2]))] = f"{r[3]}: {r[4]}"
             good = raw.where(~_keys_in(list(failing))) if failing else raw
-        prepared = batches.prepared(good)
+        prepared = transformed.prepared(good)
         replayed = rows - len(failing)
         if replayed and not dry_run:
             _append(prepared, target)

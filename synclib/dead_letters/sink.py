@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
@@ -51,24 +51,24 @@ from pyspark.sql.types import (
 from synclib import spark_checkpoint
 from synclib.dead_letters.isolation import (
     MESSAGE_CHARS,
-    Error,
     Failure,
     Key,
-    TooManyFailures,
     describe,
-    error_of,
-    isolate,
+)
+from synclib.dead_letters.transformed import (
+    DeadLetterLimitExceeded,
+    Transform,
+    TransformedRows,
+    rows_in,
+    where_of,
 )
 from synclib.delta.batch_writes import DeltaTarget
-from synclib.delta.stream import BatchSink, DeltaStream, start_delta_stream, utc_date
-from synclib.delta.table import DATE_COLUMN
+from synclib.delta.stream import BatchSink, DeltaStream, start_delta_stream
 from synclib.errors import first_line
 from synclib.locations import normalize_location
-from synclib.offsets import OffsetRange
 
 logger = logging.getLogger(__name__)
 
-REJECTED = "REJECTED_BY_TRANSFORM"  # error_class of a row the transform marked in its error column
 SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 SCHEMA = StructType([
@@ -82,12 +82,7 @@ SCHEMA = StructType([
     StructField("dead_lettered_at", TimestampType())])
 REMEMBERED_BATCHES = 1000  # per-batch counts kept for progress reports (Spark keeps the last 100)
 
-Transform = Callable[[DataFrame], DataFrame]
 SourceRows = Callable[[SparkSession, int], DataFrame]  # a micro-batch's source rows, read again by its offsets
-
-
-class DeadLetterLimitExceeded(RuntimeError):
-    """Too much of one batch failed the transform (`max_fraction` or `max_rows`)."""
 
 
 # --- one micro-batch -----------------------------------------------------------------------
@@ -110,11 +105,9 @@ class DeadLetterBatches:
                  error_column: str | None, limits: Limits, source_rows: SourceRows,
                  partition_by_date: bool = False) -> None:
         self.main, self.dead = main, dead
-        self.transform = transform
-        self.error_column = error_column
+        self.transformed = TransformedRows(transform, error_column, partition_by_date)
         self.limits = limits
         self.source_rows = source_rows
-        self.partition_by_date = partition_by_date
         self.total: Counter[str] = Counter()
         self.by_batch: dict[int, int] = {}
         self.read_again: dict[int, int] = {}
@@ -124,25 +117,6 @@ class DeadLetterBatches:
         the read tasks of writes that succeeded, so a batch whose first write failed on a
         poison row reports too few; its count here is that of its rows read again."""
         return self.read_again.get(batch_id, reported)
-
-    # the transform as the main table sees it
-    def transformed(self, raw: DataFrame) -> DataFrame:
-        return raw if self.transform is None else self.transform(raw)
-
-    def streamed(self, raw: DataFrame) -> DataFrame:
-        """What `foreachBatch` receives: transformed, the date column added, the error column kept."""
-        df = self.transformed(raw)
-        return df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp"))) if self.partition_by_date else df
-
-    def kept(self, streamed: DataFrame) -> DataFrame:
-        """What goes to the main table of what `streamed` gives: the rows the transform did not reject."""
-        if self.error_column is None:
-            return streamed
-        return streamed.where(F.col(self.error_column).isNull()).drop(self.error_column)
-
-    def prepared(self, raw: DataFrame) -> DataFrame:
-        """What goes to the main table of the source rows `raw`."""
-        return self.kept(self.streamed(raw))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         app_id = spark_checkpoint.app_id(self.main.checkpoint)
@@ -161,11 +135,11 @@ class DeadLetterBatches:
                 rejected = self._write_main(batch, app_id, batch_id)
             except Exception as failure:  # noqa: BLE001 - the transform's, or raised again below
                 raw = self._source_rows_for(batch, batch_id, failure)
-                rows, keys, poison = self.isolate_poison(raw, failure)
+                rows, keys, poison = self.transformed.isolate_poison(raw, failure, self.limits.max_rows)
                 self.read_again = _recent(self.read_again, batch_id, rows)
                 self._check(batch_id, len(poison), rows, keys, poison)
-                good = raw.where(~_rows_in(poison)) if poison else raw
-                rejected = self._write_main(self.streamed(good), app_id, batch_id)
+                good = raw.where(~rows_in(poison)) if poison else raw
+                rejected = self._write_main(self.transformed.streamed(good), app_id, batch_id)
             else:
                 if not rejected:
                     return
@@ -180,12 +154,12 @@ class DeadLetterBatches:
 
     def _write_main(self, streamed: DataFrame, app_id: str, batch_id: int) -> int:
         """Write the kept rows of `streamed` to the main table; the number of rejected rows."""
-        if self.error_column is None:
+        if self.transformed.error_column is None:
             self.main.write(streamed, app_id, batch_id)
             return 0
         seen = Observation()
-        self.main.write(self.kept(streamed.observe(seen, F.count(F.col(self.error_column)).alias("rejected"))),
-                        app_id, batch_id)
+        counted = streamed.observe(seen, F.count(F.col(self.transformed.error_column)).alias("rejected"))
+        self.main.write(self.transformed.kept(counted), app_id, batch_id)
         return int(seen.get["rejected"])
 
     def _source_rows_for(self, batch: DataFrame, batch_id: int, failure: Exception | None) -> DataFrame:
@@ -205,64 +179,20 @@ class DeadLetterBatches:
         unless it had none."""
         raw = self.source_rows(spark, batch_id)
         try:
-            rows, keys, poison = self.isolate_poison(raw, None)
-            rejected = self.rejected_rows(raw, poison).count() if self.error_column is not None else 0
+            transformed = self.transformed
+            rows, keys, poison = transformed.isolate_poison(raw, None, self.limits.max_rows)
+            rejected = transformed.rejected_rows(raw, poison).count() if transformed.error_column is not None else 0
             if rejected or poison:
                 logger.info("batch %d is in %s but not its dead letters: writing them", batch_id, self.main.path)
                 self._write_dead_letters(raw, app_id, batch_id, rows, keys, poison, rejected)
         finally:
             raw.unpersist()
 
-    def isolate_poison(self, raw: DataFrame, failure: Exception | None) -> tuple[int, list[Key], list[Failure]]:
-        """(rows, sorted keys, poison rows) of the batch; `failure` (what writing it raised) is
-        raised again when the transform succeeds on every row, or the rows cannot be read."""
-        raw.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            keys = sorted((r[0], int(r[1]), int(r[2]))
-                          for r in raw.select("topic", "partition", "offset").collect())
-        except Exception:
-            if failure is not None:
-                raise failure from None
-            raise
-        everything = self._evaluate(raw, None)
-        if everything is None:
-            if failure is not None:
-                raise failure
-            return len(keys), keys, []
-        logger.warning("the transform fails on the batch (%s: %s); isolating the rows it fails on",
-                       everything[0], first_line(everything[1]))
-        try:
-            poison = isolate(keys, lambda ranges: self._evaluate(raw, ranges), self.limits.max_rows, everything)
-        except TooManyFailures as exc:
-            raise DeadLetterLimitExceeded(
-                f"more than sink.dead_letters.max_rows ({exc.limit}) rows of the batch covering "
-                f"{describe(keys)} fail the transform, e.g. at {_where(exc.found[0])}: "
-                f"{exc.found[0].error_class}: {first_line(exc.found[0].message)}") from None
-        return len(keys), keys, poison
-
-    def _evaluate(self, raw: DataFrame, ranges: Sequence[OffsetRange] | None) -> Error | None:
-        """Run the main table's side of the transform on `ranges` of the batch (all of it when
-        None) without writing anything; what it raised, if it did."""
-        rows = raw if ranges is None else raw.where(_ranges_filter(ranges))
-        try:
-            self.prepared(rows).write.format("noop").mode("overwrite").save()
-        except Exception as exc:  # noqa: BLE001 - what the transform raises is data here
-            return error_of(exc)
-        return None
-
-    def rejected_rows(self, raw: DataFrame, poison: Sequence[Failure]) -> DataFrame:
-        """Keys and error of the rows the transform marked in its error column."""
-        assert self.error_column is not None
-        rows = raw.where(~_rows_in(poison)) if poison else raw
-        return (self.transformed(rows).where(F.col(self.error_column).isNotNull())
-                .select("topic", "partition", "offset", F.lit(REJECTED).alias("error_class"),
-                        F.col(self.error_column).cast("string").alias("error_message")))
-
     def _check(self, batch_id: int, failed: int, rows: int, keys: Sequence[Key] | None,
                examples: Sequence[Failure]) -> None:
         if failed == 0 or (failed <= self.limits.max_fraction * rows and failed <= self.limits.max_rows):
             return
-        example = f", e.g. at {_where(examples[0])}: {examples[0].error_class}: " \
+        example = f", e.g. at {where_of(examples[0])}: {examples[0].error_class}: " \
                   f"{first_line(examples[0].message)}" if examples else ""
         covers = describe(keys) if keys else "its offsets (see the line below)"
         raise DeadLetterLimitExceeded(
@@ -280,7 +210,7 @@ class DeadLetterBatches:
                 [(f.topic, f.partition, f.offset, f.error_class, f.message[:MESSAGE_CHARS]) for f in poison],
                 "topic string, partition int, offset long, error_class string, error_message string"))
         if rejected:
-            errors.append(self.rejected_rows(raw, poison))
+            errors.append(self.transformed.rejected_rows(raw, poison))
         failed = reduce(DataFrame.unionByName, errors)
         source = raw if "headers" in raw.columns else raw.withColumn("headers", F.lit(None).cast(HEADERS_TYPE))
         letters = (source.select(*SOURCE_COLUMNS)
@@ -298,7 +228,7 @@ class DeadLetterBatches:
         self.total = self.total + by_topic  # new objects: the job's progress loop reads them from another thread
         self.by_batch = _recent(self.by_batch, batch_id, count)
         logger.warning("batch %d: %d dead letters written to %s (%s)", batch_id, count, self.dead.path,
-                       ", ".join(f"{_where(f)} {f.error_class}" for f in poison[:5])
+                       ", ".join(f"{where_of(f)} {f.error_class}" for f in poison[:5])
                        + (f"{', ' if poison else ''}{rejected} rejected by the transform" if rejected else ""))
 
 
@@ -308,22 +238,6 @@ def _recent(counts: Mapping[int, int], batch_id: int, count: int) -> dict[int, i
     """`counts` with `batch_id: count`, without batches older than the last REMEMBERED_BATCHES
     (a job runs for weeks); a new object, as the job's progress loop reads it from another thread."""
     return {**{b: c for b, c in counts.items() if b > batch_id - REMEMBERED_BATCHES}, batch_id: count}
-
-
-def _rows_in(failures: Sequence[Failure]) -> Column:
-    return reduce(lambda a, b: a | b, [
-        (F.col("topic") == f.topic) & (F.col("partition") == f.partition) & (F.col("offset") == f.offset)
-        for f in failures])
-
-
-def _ranges_filter(ranges: Sequence[OffsetRange]) -> Column:
-    return reduce(lambda a, b: a | b, [
-        (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
-        & (F.col("offset") >= r.start) & (F.col("offset") < r.end) for r in ranges])
-
-
-def _where(failure: Failure) -> str:
-    return f"{failure.topic}[{failure.partition}] offset {failure.offset}"
 
 
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream: DeltaStream, *,

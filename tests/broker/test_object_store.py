@@ -1,4 +1,4 @@
-"""The tests' S3 server (S3Proxy, benchmarks/object_store.py): what it implements of what exactly once
+"""The tests' S3 server (S3Proxy, harness/object_store.py): what it implements of what exactly once
 needs, and the job's check of its S3 locations before Spark starts (synclib.app.storage).
 
 What S3Proxy 4.1.0 (filesystem backend) does, established here: listing from an offset
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable, write_deltalake
 
-from benchmarks.object_store import S3Server
+from harness.object_store import S3Server
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
 from synclib.exit_codes import ExitCode

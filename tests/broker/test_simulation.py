@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from benchmarks.procmem import stat_fields
+from harness.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 from synclib.embedded.default_world import SimulationProcess
 from synclib.embedded.leader import SimulatedLeader

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from benchmarks.object_store import S3Server
+from harness.object_store import S3Server
 from synclib.app import status
 from synclib.delta.commits import commit_metadata
 from synclib.delta.table import table_summary

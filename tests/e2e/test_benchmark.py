@@ -16,7 +16,7 @@ CONTENDERS = {"kafka-python (1 process)", "librdkafka (1 process)", "Spark Kafka
 def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     output = tmp_path / "benchmark-results.json"
     assert benchmark.main([
-        "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
+        "run", "--bootstrap", bootstrap_servers, "--runs", "1", "--partitions", "2", "--messages", "300",
         "--engines", "delta-rs", "--memory-messages", "100", "--memory-scale", "2", "--latency-steps", "2",
         "--latency-interval", "0.3", "--latency-rate", "200", "--floor-steps", "2", "--floor-triggers", "leader,250ms",
         "--floor-interval", "0.3", "--spark-floor-seconds", "15", "--no-warmup-run",

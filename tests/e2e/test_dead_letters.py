@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 
-from benchmarks.job_files import delta_batches
-from benchmarks.job_world import DEAD_LETTERS, JobRun, job_config, wait_for, write_config
-from benchmarks.object_store import S3Server
-from benchmarks.poison import ERROR_COLUMN
+from harness.job_files import delta_batches
+from harness.job_world import DEAD_LETTERS, JobRun, job_config, wait_for, write_config
+from harness.object_store import S3Server
+from harness.poison import ERROR_COLUMN
 from synclib import spark_checkpoint
 from synclib.delta.table import read_arrow
 from tests.forwarder_runs import run_status
@@ -117,7 +117,7 @@ def poisoned_job(producer: Any, bootstrap_servers: str, new_topic: Any, tmp_path
     for partition in (0, 1):
         publish_commit(producer, log, "snuba", events, partition, EVENTS_PER_PARTITION)
     return events, write_config(tmp_path / "job.yaml", job_config(
-        bootstrap_servers, events, log, tmp_path, "snuba", transform="benchmarks.poison:parse_events", **sections))
+        bootstrap_servers, events, log, tmp_path, "snuba", transform="harness.poison:parse_events", **sections))
 
 
 @pytest.mark.slow

@@ -26,9 +26,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
-from benchmarks.apache_kafka import KafkaCluster
-from benchmarks.job_files import verify_table
-from benchmarks.job_world import LEADER_LAG_S, HarnessError, JobRun, KafkaWorld, wait_for, write_config
+from harness.apache_kafka import KafkaCluster
+from harness.job_files import verify_table
+from harness.job_world import LEADER_LAG_S, HarnessError, JobRun, KafkaWorld, wait_for, write_config
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer
 from tests.forwarder_runs import table_offsets

@@ -2,7 +2,7 @@
 checkpoint, broker stalls, a stale leader, malformed input, and no secret in any output.
 
 Job-level tests run the real job (`spark-submit jobs/forwarder.py`) through
-`benchmarks.job_world` and `benchmarks.crash_harness`; source-level ones run a query in the session's Spark.
+`harness.job_world` and `harness.crash_harness`; source-level ones run a query in the session's Spark.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from benchmarks.crash_harness import CrashHarness
-from benchmarks.job_files import (
+from harness.crash_harness import CrashHarness
+from harness.job_files import (
     DELTA_COMMITTED,
     MAINTENANCE,
     PLANNING,
@@ -35,8 +35,8 @@ from benchmarks.job_files import (
     table_rows,
     verify_table,
 )
-from benchmarks.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
-from benchmarks.object_store import SECRET_ACCESS_KEY, S3Server
+from harness.job_world import JobRun, KafkaWorld, job_config, wait_for, write_config
+from harness.object_store import SECRET_ACCESS_KEY, S3Server
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import read_arrow
 from synclib.settings.values import DELTA_RS
@@ -82,7 +82,7 @@ def world(bootstrap_servers: str) -> Iterator[KafkaWorld]:
 @pytest.mark.slow
 def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(world: KafkaWorld, s3_server: S3Server,
                                                                        tmp_path: Path) -> None:
-    """The short CI run of `python -m benchmarks.crash_harness --object-store`: one SIGKILL in each
+    """The short CI run of `python -m harness.crash_harness --object-store`: one SIGKILL in each
     window, the table and the checkpoint on the S3 server, the maintenance thread's commits racing
     the batch commits to each Delta version (the server refuses the loser's PUT, as AWS S3 does)."""
     tally = CrashHarness(world, tmp_path, seed=5, store=s3_server).run(kills=4)

@@ -32,9 +32,9 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
-from benchmarks.job_files import MAINTENANCE
-from benchmarks.object_store import S3Server
 from benchmarks.soak import soak
+from harness.job_files import MAINTENANCE
+from harness.object_store import S3Server
 from synclib.delta import commit_lock, maintenance, spark_maintenance
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store

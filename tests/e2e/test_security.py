@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
-from benchmarks.apache_kafka import KafkaCluster
+from harness.apache_kafka import KafkaCluster
 from synclib.kafka.admin import group_offsets
 from synclib.leader.commitlog import decode_commit
 from tests import librdkafka

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from benchmarks.job_files import delta_batches, verify_table
-from benchmarks.job_world import KafkaWorld
-from benchmarks.object_store import S3Server, kind
+from harness.job_files import delta_batches, verify_table
+from harness.job_world import KafkaWorld
+from harness.object_store import S3Server, kind
 from synclib.delta.table import read_arrow
 from synclib.exit_codes import ExitCode
 from synclib.settings.values import DELTA_RS, DELTA_SPARK

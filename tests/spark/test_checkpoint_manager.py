@@ -11,7 +11,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from benchmarks.object_store import S3Server
+from harness.object_store import S3Server
 from synclib.app.session import CHECKPOINT_MANAGER, S3_CHECKPOINT
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat

@@ -16,8 +16,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
 
-from benchmarks.object_store import S3Server
-from benchmarks.poison import ERROR_COLUMN, parse_events, parse_events_fixed
+from harness.object_store import S3Server
+from harness.poison import ERROR_COLUMN, parse_events, parse_events_fixed
 from synclib.app.resume import initial_offsets_file
 from synclib.dead_letters.replay import replay
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters

@@ -22,7 +22,7 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from benchmarks.object_store import S3Server
+from harness.object_store import S3Server
 from synclib import spark_checkpoint
 from synclib.delta import spark_maintenance
 from synclib.delta.maintenance import run_pass

@@ -34,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from benchmarks.object_store import S3Server
+from harness.object_store import S3Server
 from synclib import spark_checkpoint
 from synclib.compat.pyspark import from_arrow_schema
 from synclib.delta.commits import commit_metadata

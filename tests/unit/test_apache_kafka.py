@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 
-from benchmarks.apache_kafka import new_cluster_id
+from harness.apache_kafka import new_cluster_id
 
 
 def test_cluster_ids_are_uuids_that_never_look_like_an_option() -> None:

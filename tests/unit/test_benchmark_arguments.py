@@ -1,10 +1,11 @@
-"""The benchmark's arguments: a bad `--set` stops it in one line, before Spark starts."""
+"""The benchmark's arguments: its subcommands each with their own options, and a bad `--set`
+stopping it in one line, before Spark starts."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.benchmark import parse_args, trigger_overrides
+from benchmarks.benchmark import parse_args, recorded_command, trigger_overrides
 
 
 def test_a_bad_override_stops_the_benchmark_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,3 +27,22 @@ def test_triggers_are_leader_or_intervals_and_default_to_the_configs(capsys: pyt
     with pytest.raises(SystemExit):
         parse_args(["--floor-triggers", "asap"])
     assert "--floor-triggers take 'leader' or intervals" in capsys.readouterr().err
+
+
+def test_each_subcommand_takes_its_own_options_and_run_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).command == parse_args(["--runs", "1"]).command == "run"
+    store = parse_args(["object-store", "--engines", "delta-rs", "--cost-batches", "5", "--partitions", "2"])
+    assert (store.command, store.engines, store.cost_batches, store.partitions) == ("object-store", ["delta-rs"], 5, 2)
+    with pytest.raises(SystemExit):
+        parse_args(["object-store", "--runs", "3"])
+    assert "unrecognized arguments: --runs 3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["run", "--cost-batches", "5"])
+    growth = parse_args(["growth", "--versions", "900", "--store", "s3"])
+    assert (growth.command, growth.growth_args) == ("growth", ["--versions", "900", "--store", "s3"])
+
+
+def test_a_recorded_command_names_its_subcommand() -> None:
+    assert recorded_command(["--runs", "1", "--output", "x.json"]) == "./spark-submit.sh jobs/benchmark.py run --runs 1"
+    assert recorded_command(["object-store", "--record", "object-store", "--floor-steps", "0"]) == (
+        "./spark-submit.sh jobs/benchmark.py object-store --floor-steps 0")

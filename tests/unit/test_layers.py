@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synclib.settings",),
     ("synclib.leader",),
     ("synclib.source", "synclib.delta"),  # siblings: neither imports the other
-    ("synclib.dead_letters",),  # the dead-letter sink over the source's rows and the Delta writers
+    # over the source's rows and the Delta writers: the dead-letter sink; the direct write path's source
+    ("synclib.dead_letters", "synclib.direct"),
     ("synclib.embedded",),
     ("synclib.app",),
     ("synclib.cli", "synclib.__main__"),  # the command line over every command
@@ -42,12 +43,16 @@ SPARK_MODULES = frozenset({
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.app.session",  # the job's Spark session
     "synclib.delta.batch_writes",  # one micro-batch written from foreachBatch
-    "synclib.app.direct_source",  # the source on the direct write path
+    "synclib.direct.source",  # the source on the direct write path
     "synclib.dead_letters.sink", "synclib.dead_letters.replay",  # the dead-letter sink, replaying dead letters
+    "synclib.dead_letters.transformed",  # source rows through the transform: kept, poison, rejected
     "synclib.dead_letters.source_rows",  # a micro-batch's source rows again, for the dead-letter sink
     "synclib.dead_letters.commands",  # listing and replaying dead letters (a Spark job)
 })
-DEV_TOOLING = ("benchmarks", "tests", "jobs")
+DEV_TOOLING = ("harness", "benchmarks", "tests", "jobs")
+# Dev tooling has its order too: the harness (the S3 server, Kafka, job worlds) imports synclib only;
+# the benchmarks and the tests import the harness; the tests may import the benchmarks (to test them).
+DEV_TOOLING_NEVER = {"harness": ("benchmarks", "tests", "jobs"), "benchmarks": ("tests", "jobs")}
 
 
 class Import(NamedTuple):
@@ -126,11 +131,11 @@ def test_no_module_imports_a_higher_layer_a_sibling_spark_or_dev_tooling() -> No
     assert not problems, "\n".join(problems)
 
 
-def test_benchmarks_never_import_the_tests() -> None:
-    """Dev tooling has its order too: tests import benchmarks, benchmarks import synclib only."""
-    found = [f"{i.module} (line {i.line}) imports {i.target}" for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+@pytest.mark.parametrize("folder", sorted(DEV_TOOLING_NEVER))
+def test_dev_tooling_imports_only_lower_tooling(folder: str) -> None:
+    found = [f"{i.module} (line {i.line}) imports {i.target}" for path in sorted((ROOT / folder).rglob("*.py"))
              for i in imports(module_name(path), path.read_text(encoding="utf-8"), path.name == "__init__.py")
-             if i.target.split(".")[0] == "tests"]
+             if i.target.split(".")[0] in DEV_TOOLING_NEVER[folder]]
 
     assert found == []
 
@@ -147,8 +152,8 @@ def test_benchmarks_never_import_the_tests() -> None:
      "layer 7 (synclib.app)"),
     ("synclib.leader.tracker", "from pyspark.sql import SparkSession",
      "synclib.leader.tracker (line 1) imports pyspark.sql.SparkSession: only "),
-    ("synclib.app.job", "from benchmarks import procmem",
-     "synclib.app.job (line 1) imports benchmarks.procmem: the product never imports dev tooling (benchmarks/)"),
+    ("synclib.app.job", "from harness import procmem",
+     "synclib.app.job (line 1) imports harness.procmem: the product never imports dev tooling (harness/)"),
     ("synclib.kafka.reader", "from kafka.consumer.fetcher import _unpack_records",
      "synclib.kafka.reader (line 1) imports kafka.consumer.fetcher._unpack_records: a private API of kafka, "
      "allowed only in synclib.compat"),

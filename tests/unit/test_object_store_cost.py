@@ -1,7 +1,7 @@
 """The object-store benchmark's parts: a logged S3 request's kind and owner
-(benchmarks/object_store.py), what requests cost per day and which are on a batch's path to its
+(harness/object_store.py), what requests cost per day and which are on a batch's path to its
 Delta commit (benchmarks/object_store_cost.py), and the proxy that delays each request
-(benchmarks/delay_proxy.py)."""
+(harness/delay_proxy.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from benchmarks.delay_proxy import DelayProxy
-from benchmarks.object_store import (
+from benchmarks.object_store_cost import cost_per_day, dollars, tally, to_commit
+from harness.delay_proxy import DelayProxy
+from harness.object_store import (
     DATA_FILES,
     DELTA_LOG,
     OTHER,
@@ -23,7 +24,6 @@ from benchmarks.object_store import (
     owner,
     parse_request,
 )
-from benchmarks.object_store_cost import cost_per_day, dollars, tally, to_commit
 
 HOST = "http://127.0.0.1:4000"
 TABLE, CHECKPOINT = "b/cost/table", "b/cost/checkpoint"

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from benchmarks import procmem
+from harness import procmem
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads Linux's /proc")
 

@@ -21,7 +21,7 @@ def results(load: float, gate_p50: float, one_row_ms: int) -> dict:
 
 
 def test_runs_of_one_command_accumulate_and_the_table_shows_their_medians(tmp_path: Path) -> None:
-    command = "./spark-submit.sh jobs/benchmark.py --runs 1"
+    command = "./spark-submit.sh jobs/benchmark.py run --runs 1"
     for load, p50, one_row in ((0.5, 0.2, 180), (1.0, 0.3, 200), (0.7, 0.25, 190)):
         records.record("triggers", command, results(load, p50, one_row), tmp_path)
     assert len(json.loads((tmp_path / "triggers.json").read_text())["runs"]) == 3
@@ -49,7 +49,7 @@ def test_the_command_a_record_names_leaves_out_where_outputs_went() -> None:
 
     assert recorded_command(["--runs", "3", "--record", "triggers", "--output=/tmp/x.json", "--workdir", "/w",
                              "--floor-triggers", "leader"]) == (
-        "./spark-submit.sh jobs/benchmark.py --runs 3 --floor-triggers leader")
+        "./spark-submit.sh jobs/benchmark.py run --runs 3 --floor-triggers leader")
 
 
 def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(
         run = results(1.0, 0.2, 180)
         store = {"engines": {"delta-rs": {"requests": {**counts, "cost_per_day": {"maintenance every 300 s": {
             **counts["cost_per_day"]["maintenance every 300 s"], "busy_usd": busy}}}, "floor": {}}}}
-        records.record("object-store", "./spark-submit.sh jobs/benchmark.py --object-store",
+        records.record("object-store", "./spark-submit.sh jobs/benchmark.py object-store",
                        {**run, "object_store": store}, tmp_path)
 
     lines = records.render("cost-object-store", tmp_path).splitlines()
@@ -67,4 +67,4 @@ def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(
     assert lines[:4] == ["| job | delta-rs |", "|---|---|",
                          "| busy: a one-row batch every 0.4 s (216,000 a day), maintenance every 300 s | $9.50 |",
                          "| idle: no event all day, maintenance every 300 s | $0.18 |"]
-    assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py --object-store`: 1 run on ")
+    assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py object-store`: 1 run on ")

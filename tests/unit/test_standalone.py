@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks import report
 from benchmarks.benchmark import parse_args
-from benchmarks.procmem import TreeMemory, descendants
-from benchmarks.standalone import (
+from harness.procmem import TreeMemory, descendants
+from harness.standalone import (
     MASTER_CLASS,
     REPOSITORY,
     WORKER_CLASS,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.procmem import stat_fields
+from harness.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ UNTIED = tied_to_this_process(["true"]) == ["true"]  # no setpriv with --pdeaths
 
 STARTER = """
 import subprocess, sys, time
-from benchmarks.procmem import stat_fields
+from harness.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 child = subprocess.Popen(tied_to_this_process(["sleep", "300"]))
 print(child.pid, flush=True)

@@ -6,7 +6,7 @@ A request is what a client sends after the server's previous answer on that conn
 new connection); its first bytes wait `delay_s`, the rest of it and every answer pass at once, so
 each request costs one delay, as a round trip to a distant server does.
 
-It runs in a process of its own (`DelayProxyProcess`, `python -m benchmarks.delay_proxy`):
+It runs in a process of its own (`DelayProxyProcess`, `python -m harness.delay_proxy`):
 deltalake keeps Python's GIL while it waits for an answer, so a proxy thread in the process that
 commits could never answer it. The process stops when told, when the process that started it dies
 (tied to it like the brokers), and after `--lifetime-s` at the latest.
@@ -108,7 +108,7 @@ class DelayProxyProcess:
 
     def __init__(self, target_port: int, delay_s: float, lifetime_s: float = 4 * 3600) -> None:
         self.port = free_port()
-        self._command = [sys.executable, "-m", "benchmarks.delay_proxy", "--port", str(self.port),
+        self._command = [sys.executable, "-m", "harness.delay_proxy", "--port", str(self.port),
                          "--target-port", str(target_port), "--delay-ms", f"{delay_s * 1000:g}",
                          "--lifetime-s", f"{lifetime_s:g}"]
         self._process: subprocess.Popen[bytes] | None = None

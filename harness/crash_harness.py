@@ -1,6 +1,6 @@
 """Crash the forwarder anywhere; prove "exactly the leader's committed events, exactly once".
 
-    python -m benchmarks.crash_harness --kills 20 [--seed N] [--keep DIR] [--object-store]
+    python -m harness.crash_harness --kills 20 [--seed N] [--keep DIR] [--object-store]
 
 Runs the real job (`spark-submit jobs/forwarder.py --config <yaml>`) against a live
 `EventProducer` and `SimulatedLeader` on its own embedded broker (or on
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.job_files import (
+from harness.job_files import (
     DELTA_COMMITTED,
     MAINTENANCE,
     PLANNING,
@@ -59,8 +59,8 @@ from benchmarks.job_files import (
     delta_batches,
     verify_table,
 )
-from benchmarks.job_world import HarnessError, JobRun, KafkaWorld, wait_for, write_config
-from benchmarks.object_store import S3Server
+from harness.job_world import HarnessError, JobRun, KafkaWorld, wait_for, write_config
+from harness.object_store import S3Server
 
 JOB_START_TIMEOUT_S = 180.0
 WINDOW_TIMEOUT_S = 120.0
@@ -243,7 +243,7 @@ def _later(batch: int | None, than: int | None) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.crash_harness", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.crash_harness", description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="write the job's files here and keep them")

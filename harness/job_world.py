@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from benchmarks import jvm
-from benchmarks.procmem import stat_fields
+from harness import jvm
+from harness.procmem import stat_fields
 from synclib.embedded.broker import EmbeddedBroker, tied_to_this_process
 from synclib.embedded.leader import SimulatedLeader
 from synclib.embedded.world import EventProducer, simulate

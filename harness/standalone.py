@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.procmem import descendants, stat_fields
+from harness.procmem import descendants, stat_fields
 from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 90.0  # JVM start-up of three daemons on a busy two-core machine
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.25
-REPOSITORY = str(Path(__file__).resolve().parent.parent)  # synclib/ and benchmarks/ live here
+REPOSITORY = str(Path(__file__).resolve().parent.parent)  # synclib/, harness/ and benchmarks/ live here
 
 
 def spark_home() -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from benchmarks.jvm import jars
+from harness.jvm import jars
 from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this_process, wait_for_port
 
 S3PROXY = "s3proxy"
@@ -149,7 +149,7 @@ class S3Server:
 
     def behind(self, port: int) -> S3Server:
         """This server as its clients reach it through a proxy on loopback port `port`
-        (`benchmarks.delay_proxy`): the same buckets and request log; not to be started or stopped."""
+        (`harness.delay_proxy`): the same buckets and request log; not to be started or stopped."""
         view = copy.copy(self)
         view.port, view._process, view._output = port, None, None
         return view

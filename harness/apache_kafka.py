@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.jvm import jars
+from harness.jvm import jars
 from synclib.embedded.broker import LOOPBACK, free_port, tied_to_this_process, wait_for_port
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What the forwarder job's files say, read while it is frozen or after it is killed: the window
 it is in (from Spark's checkpoint and the Delta log; the windows are described in
-`benchmarks.crash_harness`), and the Delta table checked against the leader's commits."""
+`harness.crash_harness`), and the Delta table checked against the leader's commits."""
 
 from __future__ import annotations
 
