@@ -39,7 +39,7 @@ find_python() {
 check_java() {
   local java="${JAVA_HOME:+$JAVA_HOME/bin/}java" version major
   command -v "$java" >/dev/null 2>&1 ||
-    die "Java 17 or newer is required: no 'java' on PATH${JAVA_HOME:+ or in JAVA_HOME=$JAVA_HOME}. Install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless, brew install openjdk@17)."
+    die "Java 17 or newer is required: no 'java' on PATH${JAVA_HOME:+ or in JAVA_HOME=$JAVA_HOME}. Install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless, brew install openjdk@17)."
   version="$("$java" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')"
   major="${version%%.*}"
   [ "$major" = "1" ] && major="$(echo "$version" | cut -d. -f2)"  # 1.8.0_x is Java 8
