@@ -48,6 +48,10 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     spark_floor = results.get("floor_spark") or {}
     return {
         **provenance,
+        "throughput": {name: {"rows_per_s": row.get("rows_per_s"), "cpu_us_per_row": row.get("cpu_us_per_row") or {},
+                              "forwarder_x": {key.removeprefix("forwarder ").removesuffix(" x"): value
+                                              for key, value in row.items() if key.endswith(" x")}}
+                       for name, row in (median.get("table") or {}).items()},
         "triggers": triggers,
         "spark_kafka": None if peer is None else {"trigger": peer[0], **_floor(peer[1])},
         "spark_floor_ms": spark_floor.get("triggerExecution"),
@@ -133,6 +137,37 @@ def triggers_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
+CPU_ROLES = (("jvm", "JVM"), ("py-workers", "Python workers"), ("py-driver", "driver"), ("broker", "broker"))
+
+
+def throughput_table(kept: Mapping[str, Any]) -> str:
+    """Per contender: rows/s, CPU per row by process role, and each forwarder's rows/s over the
+    contender's (medians over the record's runs, each itself the median of its `--runs`)."""
+    runs = [run for run in kept["runs"] if run.get("throughput")]
+    names = list(runs[-1]["throughput"])
+    engines = sorted({engine for run in runs for row in run["throughput"].values() for engine in row["forwarder_x"]})
+
+    def med(name: str, *path: str) -> float | None:
+        values = []
+        for run in runs:
+            value: Any = run["throughput"].get(name, {})
+            for key in path:
+                value = (value or {}).get(key)
+            values.append(value)
+        return _median(values)
+
+    roles = " / ".join(label for _, label in CPU_ROLES)
+    rows = [f"| contender | rows/s | CPU us/row: {roles} = total | "
+            + " | ".join(f"forwarder -> {engine} x" for engine in engines) + " |",
+            "|---|---|---|" + "---|" * len(engines)]
+    for name in names:
+        cpu = " / ".join(_cell(med(name, "cpu_us_per_row", role), ".2f") for role, _ in CPU_ROLES)
+        rows.append(f"| {name} | {_cell(med(name, 'rows_per_s'), ',.0f')} | "
+                    f"{cpu} = {_cell(med(name, 'cpu_us_per_row', 'total'), '.2f')} | "
+                    + " | ".join(_cell(med(name, "forwarder_x", engine), ".2f") for engine in engines) + " |")
+    return "\n".join(rows)
+
+
 def requests_table(kept: Mapping[str, Any]) -> str:
     """Requests per one-row batch, idle second and maintenance pass, by owner and kind, per engine
     (`benchmarks.object_store_cost.table`; counts do not depend on the load: the newest run)."""
@@ -187,7 +222,8 @@ def floors_table(kept: Mapping[str, Any]) -> str:
 
 NEWEST_ONLY = {"requests", "cost", "floors"}
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "triggers": triggers_table, "requests": requests_table, "cost": cost_table, "floors": floors_table}
+    "triggers": triggers_table, "throughput": throughput_table, "requests": requests_table, "cost": cost_table,
+    "floors": floors_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:

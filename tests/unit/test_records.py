@@ -68,3 +68,23 @@ def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(
                          "| busy: a one-row batch every 0.4 s (216,000 a day), maintenance every 300 s | $9.50 |",
                          "| idle: no event all day, maintenance every 300 s | $0.18 |"]
     assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py object-store`: 1 run on ")
+
+
+def test_throughput_is_recorded_per_contender_and_rendered_as_medians_over_the_runs(tmp_path: Path) -> None:
+    command = "./spark-submit.sh jobs/benchmark.py run --engines delta-rs"
+    for rows_per_s, ratio in ((500_000.0, 1.0), (600_000.0, 1.2), (550_000.0, 1.1)):
+        run = results(1.0, 0.2, 180)
+        cpu = {"jvm": 0.5, "py-workers": 2.0, "py-driver": 0.1, "broker": 0.4, "total": 3.0}
+        run["median"]["table"] = {
+            "librdkafka (1 process)": {"rows_per_s": rows_per_s / ratio, "cpu_us_per_row": cpu,
+                                       "forwarder delta-rs x": ratio},
+            "forwarder -> delta-rs": {"rows_per_s": rows_per_s, "cpu_us_per_row": cpu, "forwarder delta-rs x": 1.0}}
+        records.record("direct", command, run, tmp_path)
+
+    lines = records.render("throughput-direct", tmp_path).splitlines()
+
+    assert lines[0] == ("| contender | rows/s | CPU us/row: JVM / Python workers / driver / broker = total | "
+                        "forwarder -> delta-rs x |")
+    assert lines[2] == "| librdkafka (1 process) | 500,000 | 0.50 / 2.00 / 0.10 / 0.40 = 3.00 | 1.10 |"
+    assert lines[3] == "| forwarder -> delta-rs | 550,000 | 0.50 / 2.00 / 0.10 / 0.40 = 3.00 | 1.00 |"
+    assert lines[-1].startswith(f"`{command}`: medians of 3 runs")
