@@ -480,8 +480,10 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
             roots = standalone.roots()
         elif not master_given:
             builder = builder.master("local[2]")
+        created = SparkSession.getActiveSession() is None
         spark = builder.getOrCreate()
-        stack.callback(spark.stop)
+        if created:  # a session the caller made (the tests' one) is the caller's to stop
+            stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("WARN")
         if args.command == OBJECT_STORE:
             results = run(spark, args, save, roots)

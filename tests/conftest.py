@@ -164,9 +164,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def s3(s3_server: S3Server, spark):  # type: ignore[no-untyped-def]
-    """The session's S3 server, configured for the Spark session as the job configures `storage.s3`."""
+    """The session's S3 server, configured for the Spark session as the job configures `storage.s3`;
+    again for each test, since a test may set and unset `AWS_*` in this process (`monkeypatch`)."""
     from synclib.app.session import use_storage
     from synclib.settings.storage import S3Config
 
