@@ -112,12 +112,24 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def node_port() -> int:
+    """A free loopback port for a node's listener, none handed out before in this process: a port
+    found free is bound only when its node starts, so two asked in a row could be the same one."""
+    while (port := free_port()) in _HANDED_OUT:
+        pass
+    _HANDED_OUT.add(port)
+    return port
+
+
 class KafkaNode:
     """One broker+controller process of a `KafkaCluster`."""
 
     def __init__(self, node_id: int, directory: Path, version: str) -> None:
         self.node_id = node_id
-        self.port, self.internal_port, self.controller_port = free_port(), free_port(), free_port()
+        self.port, self.internal_port, self.controller_port = node_port(), node_port(), node_port()
         self.listener_ports: dict[str, int] = {CLIENT: self.port}
         self.directory = directory
         self.log_path = directory / "server.log"
@@ -140,7 +152,7 @@ class KafkaNode:
         min_isr = str(min(2, replication))
         protocols = security.client_listeners()
         for name in protocols:
-            self.listener_ports.setdefault(name, free_port())
+            self.listener_ports.setdefault(name, node_port())
         clients = ",".join(f"{name}://{LOOPBACK}:{self.listener_ports[name]}" for name in protocols)
         return {
             "process.roles": "broker,controller",
