@@ -50,67 +50,68 @@ public final class PutIfAbsentCheckpointFileManager implements CheckpointFileMan
     }
   }
 
+  /** A Hadoop call that may fail with an IOException. */
+  @FunctionalInterface
+  private interface HadoopCall<T> {
+    T run() throws IOException;
+  }
+
+  /** {@code call}'s result; its IOException rethrown unchecked, naming {@code what} (Spark's interface
+   * declares none). */
+  private static <T> T unchecked(String what, HadoopCall<T> call) {
+    try {
+      return call.run();
+    } catch (IOException e) {
+      throw new RuntimeException(what + " failed: " + e, e);
+    }
+  }
+
   @Override
   public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
-    try {
-      FSDataOutputStream out = (FSDataOutputStream) fs.createFile(path)
-          .overwrite(overwriteIfPossible)
-          .recursive()
-          .opt(CONDITIONAL_CREATE, !overwriteIfPossible)
-          .build();
-      return new Entry(out, path, overwriteIfPossible);
-    } catch (IOException e) {
-      throw new RuntimeException("creating checkpoint entry " + path + " failed: " + e, e);
-    }
+    FSDataOutputStream out = unchecked("creating checkpoint entry " + path,
+        () -> (FSDataOutputStream) fs.createFile(path)
+            .overwrite(overwriteIfPossible)
+            .recursive()
+            .opt(CONDITIONAL_CREATE, !overwriteIfPossible)
+            .build());
+    return new Entry(out, path, overwriteIfPossible);
   }
 
   @Override
   public FSDataInputStream open(Path path) {
-    try {
-      return fs.open(path);
-    } catch (IOException e) {
-      throw new RuntimeException("opening checkpoint entry " + path + " failed: " + e, e);
-    }
+    return unchecked("opening checkpoint entry " + path, () -> fs.open(path));
   }
 
   @Override
   public FileStatus[] list(Path path, PathFilter filter) {
-    try {
-      return fs.listStatus(path, filter);
-    } catch (FileNotFoundException e) {
-      return new FileStatus[0];
-    } catch (IOException e) {
-      throw new RuntimeException("listing " + path + " failed: " + e, e);
-    }
+    return unchecked("listing " + path, () -> {
+      try {
+        return fs.listStatus(path, filter);
+      } catch (FileNotFoundException e) {
+        return new FileStatus[0];
+      }
+    });
   }
 
   @Override
   public void mkdirs(Path path) {
-    try {
-      fs.mkdirs(path, FsPermission.getDirDefault());
-    } catch (IOException e) {
-      throw new RuntimeException("creating directory " + path + " failed: " + e, e);
-    }
+    unchecked("creating directory " + path, () -> fs.mkdirs(path, FsPermission.getDirDefault()));
   }
 
   @Override
   public boolean exists(Path path) {
-    try {
-      return fs.exists(path);
-    } catch (IOException e) {
-      throw new RuntimeException("probing " + path + " failed: " + e, e);
-    }
+    return unchecked("probing " + path, () -> fs.exists(path));
   }
 
   @Override
   public void delete(Path path) {
-    try {
-      fs.delete(path, true);
-    } catch (FileNotFoundException e) {
-      // already gone: what a delete wants
-    } catch (IOException e) {
-      throw new RuntimeException("deleting " + path + " failed: " + e, e);
-    }
+    unchecked("deleting " + path, () -> {
+      try {
+        return fs.delete(path, true);
+      } catch (FileNotFoundException e) {
+        return false;  // already gone: what a delete wants
+      }
+    });
   }
 
   @Override
