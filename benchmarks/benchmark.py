@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import logging
 import os
@@ -224,6 +225,7 @@ def _environment(spark: Any) -> dict[str, Any]:
     with open("/proc/meminfo") as meminfo:
         total_kib = int(meminfo.readline().split()[1])
     return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(), "memory_gib": round(total_kib / 2**20, 1), "load_avg": os.getloadavg(),
         "python": platform.python_version(), "pyspark": pyspark.__version__,
         "kafka_python": __import__("kafka").__version__,

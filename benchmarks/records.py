@@ -32,7 +32,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     figures, or the object-store phase's request counts as they are."""
     env = results["environment"]
     provenance = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": env.get("date") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", env["load_avg"])[0], 2)],
         "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")},
     }
