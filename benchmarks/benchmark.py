@@ -50,11 +50,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import logging
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -110,9 +108,9 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument("--standalone-memory", default="1g",
                         help="memory per worker, all of it its executor's heap (default: %(default)s)")
     common.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON results (default: %(default)s)")
-    common.add_argument("--record", metavar="NAME", help="add the run's figures (run: latency and floor; "
-                        "object-store: request counts) to benchmarks/results/NAME.json, which the docs' "
-                        "tables are rendered from (benchmarks/records.py)")
+    common.add_argument("--record", metavar="NAME", help="add the run's figures (run: throughput, memory, latency and "
+                        "floor, or the partitions axis; object-store: request counts) to benchmarks/results/NAME.json, "
+                        "which the docs' tables are rendered from (benchmarks/records.py)")
     common.add_argument("--workdir", help="where tables and checkpoints go (default: a temporary directory)")
     common.add_argument("--log-level", default="WARNING")
     return common
@@ -219,15 +217,10 @@ def parse_args(argv: Sequence[str], default_config: str = DEFAULT_CONFIG) -> arg
 
 def _environment(spark: Any) -> dict[str, Any]:
     import kafka.record.util
-    import pyspark
 
     conf = spark.sparkContext.getConf()
-    with open("/proc/meminfo") as meminfo:
-        total_kib = int(meminfo.readline().split()[1])
     return {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(), "memory_gib": round(total_kib / 2**20, 1), "load_avg": os.getloadavg(),
-        "python": platform.python_version(), "pyspark": pyspark.__version__,
+        **records.environment(),
         "kafka_python": __import__("kafka").__version__,
         "kafka_crc32c_native": kafka.record.util.crc32c_c is not None,
         "spark_master": conf.get("spark.master"), "driver_memory": conf.get("spark.driver.memory", "1g"),
@@ -490,13 +483,9 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
         if args.command == OBJECT_STORE:
             results = run(spark, args, save, roots)
             print("\n".join(object_store_cost.table(results["object_store"])), flush=True)
-            if args.record:
-                print(f"recorded in {records.record(args.record, recorded_command(argv), results)}")
         elif len(args.partition_axis) == 1:
             results = run(spark, args, save, roots)
             report.print_report(results)
-            if args.record:
-                print(f"recorded in {records.record(args.record, recorded_command(argv), results)}")
         else:
             results = {"partitions_axis": {}}
             for count, one in axis_arguments(args):
@@ -507,20 +496,15 @@ def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG
                 save(results)
             report.print_axis(results["partitions_axis"])
         save(results)
+        if args.record:
+            print(f"recorded in {records.record(args.record, recorded_command(argv), records.summarize(results))}")
     print(f"results: {output}")
     return 0
 
 
 def recorded_command(argv: Sequence[str] | None) -> str:
     """The command as a record names it: its subcommand always, without where its outputs went."""
-    given, kept = with_command(sys.argv[1:] if argv is None else argv), []
-    while given:
-        option = given.pop(0)
-        if option in ("--record", "--output", "--workdir"):
-            given[:1] = []
-        elif not option.startswith(("--record=", "--output=", "--workdir=")):
-            kept.append(option)
-    return " ".join(["./spark-submit.sh jobs/benchmark.py", *kept])
+    return records.command("./spark-submit.sh jobs/benchmark.py", with_command(sys.argv[1:] if argv is None else argv))
 
 
 def axis_arguments(args: argparse.Namespace) -> list[tuple[int, argparse.Namespace]]:

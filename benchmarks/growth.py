@@ -58,6 +58,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from benchmarks import records
 from harness import jvm
 from harness.object_store import Request, S3Server
 from synclib.delta import maintenance, spark_maintenance
@@ -303,7 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the delta-rs table on local disk or on an S3 server (harness.object_store)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=None, help="JSON results")
-    args = parser.parse_args(argv)
+    parser.add_argument("--record", metavar="NAME", help="add the run to benchmarks/results/NAME.json, which the "
+                        "docs' growth table is rendered from (benchmarks/records.py)")
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(given)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synclib-growth-"))
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
@@ -311,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
     if args.store == "s3" and set(modes) & set(SPARK_MODES):
         parser.error("--store s3: delta-rs modes only")
+    started = records.environment()
     with contextlib.ExitStack() as stack:
         store = None
         if args.store == "s3":
@@ -320,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table_text(results), flush=True)
     if args.output:
         args.output.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if args.record:
+        print("recorded in " + str(records.record_run(args.record, "python -m benchmarks.growth", given, started,
+                                                      growth=[asdict(r) for r in results])))
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import statistics
 import sys
@@ -27,17 +28,37 @@ COMMAND = "python -m benchmarks.records"
 MARKED = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 
 
+def environment() -> dict[str, Any]:
+    """The moment and the machine, as every record keeps them beside its figures (the Spark
+    benchmark adds its session's master and settings)."""
+    import platform
+
+    import pyspark
+
+    with open("/proc/meminfo") as meminfo:
+        total_kib = int(meminfo.readline().split()[1])
+    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
+            "memory_gib": round(total_kib / 2**20, 1), "load_avg": os.getloadavg(),
+            "python": platform.python_version(), "pyspark": pyspark.__version__}
+
+
+def provenance(env: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's date, 1-min load at its start and end (now, unless `env` has `load_avg_end`), machine."""
+    return {"date": env["date"],
+            "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", os.getloadavg())[0], 2)],
+            "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")}}
+
+
 def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run of the benchmark measured, for the record: the latency and floor phases'
-    figures, or the object-store phase's request counts as they are."""
-    env = results["environment"]
-    provenance = {
-        "date": env.get("date") or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "load": [round(env["load_avg"][0], 2), round(env.get("load_avg_end", env["load_avg"])[0], 2)],
-        "machine": {key: env.get(key) for key in ("cpus", "memory_gib", "python", "pyspark", "spark_master")},
-    }
+    """What a run of jobs/benchmark.py measured, for the record: the object-store phase's request
+    counts as they are, the partitions axis's rows, or a run's throughput, memory, latency and floor."""
+    if "partitions_axis" in results:
+        from benchmarks.report import axis_rows
+
+        first = next(iter(results["partitions_axis"].values()))
+        return {**provenance(first["environment"]), "axis": axis_rows(results["partitions_axis"])}
     if "object_store" in results:
-        return {**provenance, "object_store": results["object_store"]}
+        return {**provenance(results["environment"]), "object_store": results["object_store"]}
     median = results.get("median") or {}
     triggers: dict[str, dict[str, Any]] = {}
     for label, latency in (median.get("latency") or {}).items():
@@ -46,12 +67,17 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
         triggers.setdefault(label, {}).update(_floor(floor))
     peer = next(iter((results.get("floor_spark_kafka") or {}).items()), None)
     spark_floor = results.get("floor_spark") or {}
+    memory = results.get("memory") or {}
     return {
-        **provenance,
+        **provenance(results["environment"]),
         "throughput": {name: {"rows_per_s": row.get("rows_per_s"), "cpu_us_per_row": row.get("cpu_us_per_row") or {},
+                              "peak_mib": (row.get("peak_mib") or {}).get("total"),
                               "forwarder_x": {key.removeprefix("forwarder ").removesuffix(" x"): value
                                               for key, value in row.items() if key.endswith(" x")}}
                        for name, row in (median.get("table") or {}).items()},
+        "memory": None if not memory else {"rows": memory["rows"],
+                                           "peak_mib": {label: peaks.get("total")
+                                                        for label, peaks in memory["peak_mib"].items()}},
         "triggers": triggers,
         "spark_kafka": None if peer is None else {"trigger": peer[0], **_floor(peer[1])},
         "spark_floor_ms": spark_floor.get("triggerExecution"),
@@ -68,14 +94,36 @@ def _floor(floor: Mapping[str, Any]) -> dict[str, Any]:
             "idle_cpu_s_per_s": None if not idle else round(sum(idle.values()), 4)}
 
 
-def record(name: str, command: str, results: Mapping[str, Any], directory: Path = RESULTS) -> Path:
-    """Add this run to record `name` (a record of another command is replaced)."""
+def record(name: str, command: str, run: Mapping[str, Any], directory: Path = RESULTS) -> Path:
+    """Add `run` (its provenance and figures) to record `name`; a record of another command is replaced."""
     path = directory / f"{name}.json"
     kept = json.loads(path.read_text()) if path.exists() else {}
     runs = kept.get("runs", []) if kept.get("command") == command else []
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"command": command, "runs": [*runs, summarize(results)]}, indent=1) + "\n")
+    path.write_text(json.dumps({"command": command, "runs": [*runs, run]}, indent=1) + "\n")
     return path
+
+
+def record_run(name: str, program: str, argv: Sequence[str], started: Mapping[str, Any], *,
+               directory: Path = RESULTS, **figures: Any) -> Path:
+    """Record a run of `program argv` (a benchmark module's own) that began with `started`
+    (`environment()`) and measured `figures`."""
+    return record(name, command(program, argv), {**provenance(started), **figures}, directory)
+
+
+UNRECORDED = ("--record", "--output", "--workdir", "--json", "--keep")  # where outputs went, not what ran
+
+
+def command(program: str, argv: Sequence[str]) -> str:
+    """`program` and `argv` as a record names its command: without the options that say where outputs went."""
+    given, kept = list(argv), [program]
+    while given:
+        option = given.pop(0)
+        if option in UNRECORDED:
+            given[:1] = []
+        elif not option.startswith(tuple(f"{o}=" for o in UNRECORDED)):
+            kept.append(option)
+    return " ".join(kept)
 
 
 # --- rendering -----------------------------------------------------------------------------
@@ -89,7 +137,7 @@ def _cell(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{format(value, spec)}{unit}"
 
 
-def provenance(kept: Mapping[str, Any]) -> str:
+def source_line(kept: Mapping[str, Any]) -> str:
     """`` `COMMAND` ``, medians of N runs on DATE, load A-B, MACHINE."""
     runs = kept["runs"]
     dates = sorted({run["date"][:10] for run in runs})
@@ -98,8 +146,8 @@ def provenance(kept: Mapping[str, Any]) -> str:
     counted = f"medians of {len(runs)} runs" if len(runs) > 1 else "1 run"
     return (f"`{kept['command']}`: {counted} on "
             f"{' to '.join(dates[::max(1, len(dates) - 1)])}, load {min(loads):.1f}-{max(loads):.1f}, "
-            f"{machine['cpus']} CPUs, {machine['memory_gib']} GiB, PySpark {machine['pyspark']}, "
-            f"{machine['spark_master']}")
+            f"{machine['cpus']} CPUs, {machine['memory_gib']} GiB, PySpark {machine['pyspark']}"
+            + (f", {machine['spark_master']}" if machine.get("spark_master") else ""))
 
 
 def _trigger_order(label: str) -> tuple[int, float]:
@@ -137,34 +185,146 @@ def triggers_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-CPU_ROLES = (("jvm", "JVM"), ("py-workers", "Python workers"), ("py-driver", "driver"), ("broker", "broker"))
+CPU_ROLES = (("jvm", "JVM"), ("py-workers", "Python workers"), ("py-driver", "driver"), ("broker", "broker"),
+             ("exec-jvm", "executor JVMs"), ("exec-py", "executor Python"), ("daemons", "cluster daemons"))
+ALWAYS_SHOWN = 4  # the first CPU roles; an executor's columns only where a run had executors
+
+
+def _med_at(runs: Sequence[Mapping[str, Any]], *path: str) -> float | None:
+    """The median over `runs` of the value at `path` (a run without it counts as unknown)."""
+    values = []
+    for run in runs:
+        value: Any = run
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        values.append(value)
+    return _median(values)
 
 
 def throughput_table(kept: Mapping[str, Any]) -> str:
-    """Per contender: rows/s, CPU per row by process role, and each forwarder's rows/s over the
-    contender's (medians over the record's runs, each itself the median of its `--runs`)."""
+    """Per contender: rows/s, CPU per row by process role, peak memory of all its processes, and each
+    forwarder's rows/s over the contender's (medians over the record's runs, each the median of its
+    `--runs`); then the memory phase's peak at N and 10N."""
     runs = [run for run in kept["runs"] if run.get("throughput")]
     names = list(runs[-1]["throughput"])
     engines = sorted({engine for run in runs for row in run["throughput"].values() for engine in row["forwarder_x"]})
-
-    def med(name: str, *path: str) -> float | None:
-        values = []
-        for run in runs:
-            value: Any = run["throughput"].get(name, {})
-            for key in path:
-                value = (value or {}).get(key)
-            values.append(value)
-        return _median(values)
-
-    roles = " / ".join(label for _, label in CPU_ROLES)
-    rows = [f"| contender | rows/s | CPU us/row: {roles} = total | "
+    roles = [(role, label) for index, (role, label) in enumerate(CPU_ROLES) if index < ALWAYS_SHOWN or any(
+        row["cpu_us_per_row"].get(role) for run in runs for row in run["throughput"].values())]
+    peaks = any(row.get("peak_mib") for run in runs for row in run["throughput"].values())
+    rows = [f"| contender | rows/s | CPU us/row: {' / '.join(label for _, label in roles)} = total | "
+            + ("peak RSS MiB | " if peaks else "")
             + " | ".join(f"forwarder -> {engine} x" for engine in engines) + " |",
-            "|---|---|---|" + "---|" * len(engines)]
+            "|---|---|---|" + "---|" * (len(engines) + peaks)]
     for name in names:
-        cpu = " / ".join(_cell(med(name, "cpu_us_per_row", role), ".2f") for role, _ in CPU_ROLES)
-        rows.append(f"| {name} | {_cell(med(name, 'rows_per_s'), ',.0f')} | "
-                    f"{cpu} = {_cell(med(name, 'cpu_us_per_row', 'total'), '.2f')} | "
-                    + " | ".join(_cell(med(name, "forwarder_x", engine), ".2f") for engine in engines) + " |")
+        cpu = " / ".join(_cell(_med_at(runs, "throughput", name, "cpu_us_per_row", role), ".2f") for role, _ in roles)
+        rows.append(f"| {name} | {_cell(_med_at(runs, 'throughput', name, 'rows_per_s'), ',.0f')} | "
+                    f"{cpu} = {_cell(_med_at(runs, 'throughput', name, 'cpu_us_per_row', 'total'), '.2f')} | "
+                    + (f"{_cell(_med_at(runs, 'throughput', name, 'peak_mib'), ',.0f')} | " if peaks else "")
+                    + " | ".join(_cell(_med_at(runs, "throughput", name, "forwarder_x", engine), ".2f")
+                                 for engine in engines) + " |")
+    memory = [run["memory"] for run in runs if run.get("memory")]
+    if memory:
+        (small, rows_small), (large, rows_large) = list(memory[-1]["rows"].items())[:2]
+        at_small, at_large = _med_at(memory, "peak_mib", small), _med_at(memory, "peak_mib", large)
+        ratio = _median([m["peak_mib"][large] / m["peak_mib"][small] for m in memory
+                         if m["peak_mib"].get(small) and m["peak_mib"].get(large)])
+        rows.append(f"\nPeak RSS of all the forwarder's processes at a backlog of {rows_small:,} rows (N): "
+                    f"{_cell(at_small, ',.0f')} MiB; at {rows_large:,} ({large}): {_cell(at_large, ',.0f')} MiB "
+                    f"({_cell(ratio, '.2f')}x).")
+    return "\n".join(rows)
+
+
+# The partitions axis: (report.axis_rows key, column title, format), the figures that must stay flat.
+AXIS_COLUMNS = (("forwarder_rows_per_s", "rows/s", ",.0f"), ("spark_kafka_rows_per_s", "Spark's Kafka source rows/s",
+                                                             ",.0f"),
+                ("latency_p50_s", "gate p50 s", ".2f"), ("latency_p99_s", "gate p99 s", ".2f"),
+                ("one_row_ms", "one-row batch ms", ",.0f"), ("spark_kafka_one_row_ms", "Spark's source one-row ms",
+                                                              ",.0f"),
+                ("one_row_latest_offset_ms", "latestOffset ms", ",.0f"),
+                ("planner_cpu_ms_per_s", "idle planner CPU ms/s", ".1f"),
+                ("peak_total_mib", "peak RSS MiB", ",.0f"), ("memory_ratio", "RSS 10N/N", ".2f"))
+
+
+def axis_table(kept: Mapping[str, Any]) -> str:
+    """Per partition count (the same total backlog and event rate over all partitions): the figures
+    that must stay flat, beside Spark's own Kafka source (medians over the record's runs)."""
+    runs = kept["runs"]
+    counts = [row["partitions"] for row in runs[-1]["axis"]]
+    present = [column for column in AXIS_COLUMNS if any(row.get(column[0]) is not None
+                                                        for run in runs for row in run["axis"])]
+    rows = ["| partitions | " + " | ".join(title for _, title, _ in present) + " |", "|---|" + "---|" * len(present)]
+    for count in counts:
+        at = [next(row for row in run["axis"] if row["partitions"] == count) for run in runs
+              if any(row["partitions"] == count for row in run["axis"])]
+        rows.append(f"| {count:,} | " + " | ".join(_cell(_med_at(at, key), spec) for key, _, spec in present) + " |")
+    return "\n".join(rows)
+
+
+def growth_table(kept: Mapping[str, Any]) -> str:
+    """Per mode (benchmarks/growth.py): the batch commit at the young and the old table, its growth
+    (the median of the runs' ratios, each run listed), the full read, live files and log entries
+    at the old age, and the maintenance pass before it."""
+    runs = kept["runs"]
+    modes = list(dict.fromkeys(m["mode"] for m in runs[-1]["growth"]))
+    old_age = max(m["versions"] for m in runs[-1]["growth"])
+    young_age = min(m["versions"] for m in runs[-1]["growth"])
+    rows = [f"| mode | batch commit p50 at {young_age:,} versions | at {old_age:,} | growth (runs) | "
+            f"full read at {young_age:,} / {old_age:,} | live files / log entries at {old_age:,} | "
+            f"maintenance pass at {old_age:,} |", "|---|---|---|---|---|---|---|"]
+    for mode in modes:
+        pairs = []
+        for run in runs:
+            ages = {m["versions"]: m for m in run["growth"] if m["mode"] == mode}
+            if young_age in ages and old_age in ages:
+                pairs.append((ages[young_age], ages[old_age]))
+        young, old = [p[0] for p in pairs], [p[1] for p in pairs]
+        ratios = [o["commit_ms_p50"] / y["commit_ms_p50"] for y, o in pairs if y["commit_ms_p50"]]
+        each = ", ".join(f"{r:.2f}" for r in ratios)
+        rows.append(f"| {MODE_LABELS.get(mode, mode)} | {_cell(_med_at(young, 'commit_ms_p50'), ',.2f', ' ms')} | "
+                    f"{_cell(_med_at(old, 'commit_ms_p50'), ',.2f', ' ms')} | "
+                    f"**{_cell(_median(ratios), '.2f', 'x')}**{f' ({each})' if len(ratios) > 1 else ''} | "
+                    f"{_cell(_med_at(young, 'read_ms'), ',.0f')} / {_cell(_med_at(old, 'read_ms'), ',.0f')} ms | "
+                    f"{_cell(_med_at(old, 'live_files'), ',.0f')} / {_cell(_med_at(old, 'log_files'), ',.0f')} | "
+                    f"{_cell(_med_at(old, 'maintenance_s'), ',.1f', ' s')} |")
+    return "\n".join(rows)
+
+
+MODE_LABELS = {"on": "delta-rs, maintenance at its defaults", "off": "delta-rs, no maintenance",
+               "on-log-10m": "delta-rs, maintenance, `log_retention: 10m`", "reopen": "delta-rs, reopened each batch",
+               "spark-on": "delta-spark (the whole Spark write), maintenance at its defaults",
+               "spark-off": "delta-spark (the whole Spark write), Delta's defaults, no maintenance"}
+
+
+def soak_table(kept: Mapping[str, Any]) -> str:
+    """A long run (benchmarks/soak.py) per column: exactly once through its kills, the first and the
+    last quarter's batches and memory, the table at the end."""
+    runs = [run["soak"] for run in kept["runs"]]
+
+    def quarters(key: str, spec: str, unit: str = "") -> str:
+        return " | ".join(f"{_cell(r['first'].get(key), spec, unit)} / {_cell(r['last'].get(key), spec, unit)}"
+                          for r in runs)
+
+    def rss(role: str) -> str:
+        return " | ".join(f"{_cell(r['first']['peak_rss_mib'].get(role), ',.0f')} / "
+                          f"{_cell(r['last']['peak_rss_mib'].get(role), ',.0f')} MiB" for r in runs)
+
+    roles = list(dict.fromkeys(role for r in runs for role in r["last"]["peak_rss_mib"]))
+    rows = ["| | " + " | ".join(f"{r['engine']}{', on S3' if r.get('object_store') else ''} "
+                                 f"(load {run['load'][0]:.1f}-{run['load'][1]:.1f})"
+                                 for r, run in zip(runs, kept["runs"], strict=True)) + " |",
+            "|---|" + "---|" * len(runs),
+            "| minutes, events/s, SIGKILL restarts, broker pause | " + " | ".join(
+                f"{r['seconds'] / 60:g}, {r['rate']:,.0f}, {r['kills']}, {r['broker_pause_s']:g} s"
+                for r in runs) + " |",
+            "| rows; exactly once (duplicates, gaps, beyond the leader, also at each kill) | " + " | ".join(
+                f"{r['rows']:,}; {'yes' if r['exactly_once'] else '**no**'} ({r['duplicates']}, {r['gaps']}, "
+                f"{r['beyond_leader']})" for r in runs) + " |",
+            f"| micro-batches, first / last quarter | {quarters('batches', ',.0f')} |",
+            f"| batch duration p50, first / last quarter | {quarters('batch_ms_p50', ',.0f', ' ms')} |",
+            f"| batch duration p99, first / last quarter | {quarters('batch_ms_p99', ',.0f', ' ms')} |",
+            "| maintenance passes; live files and versions at the end | " + " | ".join(
+                f"{r['maintenance_passes']}; {r['live_files']} files, {r['versions']} versions" for r in runs) + " |"]
+    rows += [f"| peak RSS of the largest {role}, first / last quarter | {rss(role)} |" for role in roles]
     return "\n".join(rows)
 
 
@@ -223,7 +383,7 @@ def floors_table(kept: Mapping[str, Any]) -> str:
 NEWEST_ONLY = {"requests", "cost", "floors"}
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "triggers": triggers_table, "throughput": throughput_table, "requests": requests_table, "cost": cost_table,
-    "floors": floors_table}
+    "floors": floors_table, "axis": axis_table, "growth": growth_table, "soak": soak_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:
@@ -234,7 +394,7 @@ def render(name: str, directory: Path = RESULTS) -> str:
     kept = json.loads((directory / f"{record_name or table_kind}.json").read_text())
     if table_kind in NEWEST_ONLY:
         kept = {**kept, "runs": kept["runs"][-1:]}
-    return f"{RENDERERS[table_kind](kept)}\n\n{provenance(kept)}.\n"
+    return f"{RENDERERS[table_kind](kept)}\n\n{source_line(kept)}.\n"
 
 
 def update(text: str, directory: Path = RESULTS) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from benchmarks import records
 from harness import procmem
 from harness.crash_harness import CrashHarness, Tally
 from harness.job_files import MAINTENANCE
@@ -265,7 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine", choices=(DELTA_RS, DELTA_SPARK), default=DELTA_RS, help="sink.engine")
     parser.add_argument("--object-store", action="store_true",
                         help="the table and the checkpoint on an S3 server (S3Proxy) under the files' directory")
-    args = parser.parse_args(argv)
+    parser.add_argument("--record", metavar="NAME", help="add the run to benchmarks/results/NAME.json, which the "
+                        "docs' long-run table is rendered from (benchmarks/records.py)")
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(given)
+    started = records.environment()
     directory = args.keep or Path(tempfile.mkdtemp(prefix="synclib-soak-"))
     directory.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes:g} min at {args.rate:g} events/s, files in {directory}", flush=True)
@@ -276,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.text(), flush=True)
     if args.json:
         args.json.write_text(json.dumps(asdict(report), indent=2))
+    if args.record:
+        print("recorded in " + str(records.record_run(
+            args.record, "python -m benchmarks.soak", given, started,
+            soak={**asdict(report), "engine": args.engine, "object_store": args.object_store})))
     return 0 if report.exactly_once else 1
 
 
