@@ -1,11 +1,12 @@
 """Recorded benchmark results: the one home of the figures the docs' tables show.
 
-`./spark-submit.sh jobs/benchmark.py ... --record NAME` keeps what a run measured (its command,
-date, machine, load and figures) in `benchmarks/results/NAME.json`, committed with the code; runs
-of the same command accumulate, so a table shows their medians. `python -m benchmarks.records`
-renders every table a page marks with `<!-- results: NAME -->` ... `<!-- /results -->` from the
-record NAME, and tests/unit/test_records.py fails while a page differs from its records: a
-figure is typed nowhere, and a table and the run it comes from cannot drift apart.
+`--record NAME` (of `jobs/benchmark.py`, `benchmarks.growth` and `benchmarks.soak`) keeps what a
+run measured (its command, date, machine, load and figures) in `benchmarks/results/NAME.json`,
+committed with the code; runs of the same command accumulate, so a table shows their medians.
+`python -m benchmarks.records` renders every table a page marks with `<!-- results: KIND[-NAME] -->`
+... `<!-- /results -->` from the record NAME (default: KIND) as a table of that kind, and
+tests/unit/test_records.py fails while a page differs from its records: a figure is typed
+nowhere, and a table and the run it comes from cannot drift apart.
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def _cell(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{format(value, spec)}{unit}"
+
+
+def _ms(value: float | None) -> str:
+    """Milliseconds to three significant figures or whole ones: 0.35 ms, 37.2 ms, 1,803 ms."""
+    return "-" if value is None else _cell(value, ".2f" if value < 10 else ".1f" if value < 100 else ",.0f", " ms")
 
 
 def source_line(kept: Mapping[str, Any]) -> str:
@@ -280,8 +286,8 @@ def growth_table(kept: Mapping[str, Any]) -> str:
         young, old = [p[0] for p in pairs], [p[1] for p in pairs]
         ratios = [o["commit_ms_p50"] / y["commit_ms_p50"] for y, o in pairs if y["commit_ms_p50"]]
         each = ", ".join(f"{r:.2f}" for r in ratios)
-        rows.append(f"| {MODE_LABELS.get(mode, mode)} | {_cell(_med_at(young, 'commit_ms_p50'), ',.2f', ' ms')} | "
-                    f"{_cell(_med_at(old, 'commit_ms_p50'), ',.2f', ' ms')} | "
+        rows.append(f"| {MODE_LABELS.get(mode, mode)} | {_ms(_med_at(young, 'commit_ms_p50'))} | "
+                    f"{_ms(_med_at(old, 'commit_ms_p50'))} | "
                     f"**{_cell(_median(ratios), '.2f', 'x')}**{f' ({each})' if len(ratios) > 1 else ''} | "
                     f"{_cell(_med_at(young, 'read_ms'), ',.0f')} / {_cell(_med_at(old, 'read_ms'), ',.0f')} ms | "
                     f"{_cell(_med_at(old, 'live_files'), ',.0f')} / {_cell(_med_at(old, 'log_files'), ',.0f')} | "
