@@ -149,11 +149,16 @@ def source_line(kept: Mapping[str, Any]) -> str:
     dates = sorted({run["date"][:10] for run in runs})
     loads = [load for run in runs for load in run["load"]]
     machine = runs[-1]["machine"]
-    counted = f"medians of {len(runs)} runs" if len(runs) > 1 else "1 run"
+    counted = f"medians of {len(runs)} recorded runs" if len(runs) > 1 else "recorded once"
     return (f"`{kept['command']}`: {counted} on "
             f"{' to '.join(dates[::max(1, len(dates) - 1)])}, load {min(loads):.1f}-{max(loads):.1f}, "
             f"{machine['cpus']} CPUs, {machine['memory_gib']} GiB, PySpark {machine['pyspark']}"
-            + (f", {machine['spark_master']}" if machine.get("spark_master") else ""))
+            + (f", {_master(machine['spark_master'])}" if machine.get("spark_master") else ""))
+
+
+def _master(master: str) -> str:
+    """Spark's master as a reader needs it: a standalone cluster's URL names a port of that run only."""
+    return "a standalone cluster" if master.startswith("spark://") else master
 
 
 def _trigger_order(label: str) -> tuple[int, float]:
@@ -240,28 +245,33 @@ def throughput_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-# The partitions axis: (report.axis_rows key, column title, format), the figures that must stay flat.
-AXIS_COLUMNS = (("forwarder_rows_per_s", "rows/s", ",.0f"), ("spark_kafka_rows_per_s", "Spark's Kafka source rows/s",
-                                                             ",.0f"),
+# The partitions axis: (a key of report.axis_rows or `_axis_batch`, column title, format).
+AXIS_COLUMNS = (("forwarder_rows_per_s", "rows/s", ",.0f"),
+                ("spark_kafka_rows_per_s", "Spark's Kafka source rows/s", ",.0f"),
                 ("latency_p50_s", "gate p50 s", ".2f"), ("latency_p99_s", "gate p99 s", ".2f"),
-                ("one_row_ms", "one-row batch ms", ",.0f"), ("spark_kafka_one_row_ms", "Spark's source one-row ms",
-                                                              ",.0f"),
-                ("one_row_latest_offset_ms", "latestOffset ms", ",.0f"),
+                ("one_row_batch_ms", "one-row batch ms", ",.0f"),
+                ("spark_kafka_one_row_ms", "Spark's source one-row batch ms", ",.0f"),
                 ("planner_cpu_ms_per_s", "idle planner CPU ms/s", ".1f"),
                 ("peak_total_mib", "peak RSS MiB", ",.0f"), ("memory_ratio", "RSS 10N/N", ".2f"))
+
+
+def _axis_batch(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An axis row with its one-row batch after planning (`triggerExecution` less `latestOffset`,
+    where the leader trigger waits), as the triggers table shows it."""
+    total, planning = row.get("one_row_ms"), row.get("one_row_latest_offset_ms") or 0
+    return {**row, "one_row_batch_ms": None if total is None else total - planning}
 
 
 def axis_table(kept: Mapping[str, Any]) -> str:
     """Per partition count (the same total backlog and event rate over all partitions): the figures
     that must stay flat, beside Spark's own Kafka source (medians over the record's runs)."""
-    runs = kept["runs"]
-    counts = [row["partitions"] for row in runs[-1]["axis"]]
+    runs = [[_axis_batch(row) for row in run["axis"]] for run in kept["runs"]]
+    counts = [row["partitions"] for row in runs[-1]]
     present = [column for column in AXIS_COLUMNS if any(row.get(column[0]) is not None
-                                                        for run in runs for row in run["axis"])]
+                                                        for run in runs for row in run)]
     rows = ["| partitions | " + " | ".join(title for _, title, _ in present) + " |", "|---|" + "---|" * len(present)]
     for count in counts:
-        at = [next(row for row in run["axis"] if row["partitions"] == count) for run in runs
-              if any(row["partitions"] == count for row in run["axis"])]
+        at = [row for run in runs for row in run if row["partitions"] == count]
         rows.append(f"| {count:,} | " + " | ".join(_cell(_med_at(at, key), spec) for key, _, spec in present) + " |")
     return "\n".join(rows)
 
@@ -301,6 +311,12 @@ MODE_LABELS = {"on": "delta-rs, maintenance at its defaults", "off": "delta-rs, 
                "spark-off": "delta-spark (the whole Spark write), Delta's defaults, no maintenance"}
 
 
+# harness.procmem's roles as the long-run table names them (the largest process of each)
+SOAK_ROLES = {"jvm": "Spark's JVM", "driver": "the Python driver (commits, maintenance)",
+              "python-driver-runner": "the planner", "python-worker": "the largest Python worker",
+              "broker": "the embedded broker"}
+
+
 def soak_table(kept: Mapping[str, Any]) -> str:
     """A long run (benchmarks/soak.py) per column: exactly once through its kills, the first and the
     last quarter's batches and memory, the table at the end."""
@@ -314,13 +330,13 @@ def soak_table(kept: Mapping[str, Any]) -> str:
         return " | ".join(f"{_cell(r['first']['peak_rss_mib'].get(role), ',.0f')} / "
                           f"{_cell(r['last']['peak_rss_mib'].get(role), ',.0f')} MiB" for r in runs)
 
-    roles = list(dict.fromkeys(role for r in runs for role in r["last"]["peak_rss_mib"]))
+    roles = [role for role in SOAK_ROLES if any(role in r["last"]["peak_rss_mib"] for r in runs)]
     rows = ["| | " + " | ".join(f"{r['engine']}{', on S3' if r.get('object_store') else ''} "
                                  f"(load {run['load'][0]:.1f}-{run['load'][1]:.1f})"
                                  for r, run in zip(runs, kept["runs"], strict=True)) + " |",
             "|---|" + "---|" * len(runs),
             "| minutes, events/s, SIGKILL restarts, broker pause | " + " | ".join(
-                f"{r['seconds'] / 60:g}, {r['rate']:,.0f}, {r['kills']}, {r['broker_pause_s']:g} s"
+                f"{r['seconds'] / 60:.0f}, {r['rate']:,.0f}, {r['kills']}, {r['broker_pause_s']:g} s"
                 for r in runs) + " |",
             "| rows; exactly once (duplicates, gaps, beyond the leader, also at each kill) | " + " | ".join(
                 f"{r['rows']:,}; {'yes' if r['exactly_once'] else '**no**'} ({r['duplicates']}, {r['gaps']}, "
@@ -330,7 +346,7 @@ def soak_table(kept: Mapping[str, Any]) -> str:
             f"| batch duration p99, first / last quarter | {quarters('batch_ms_p99', ',.0f', ' ms')} |",
             "| maintenance passes; live files and versions at the end | " + " | ".join(
                 f"{r['maintenance_passes']}; {r['live_files']} files, {r['versions']} versions" for r in runs) + " |"]
-    rows += [f"| peak RSS of the largest {role}, first / last quarter | {rss(role)} |" for role in roles]
+    rows += [f"| peak RSS, {SOAK_ROLES[role]}, first / last quarter | {rss(role)} |" for role in roles]
     return "\n".join(rows)
 
 

@@ -34,7 +34,7 @@ def test_runs_of_one_command_accumulate_and_the_table_shows_their_medians(tmp_pa
     assert lines[3] == "| `processing_time` 400ms | 0.40 / 0.70 s | - / - s | - | - |"
     assert lines[4].startswith("| Spark's Kafka source -> delta-rs at 0ms | - | 0.200 / 0.300 s | 190 ms")
     assert lines[5] == "| Spark alone: rate -> Parquet at 0ms | - | - | 150 ms | - |"
-    assert lines[-1].startswith(f"`{command}`: medians of 3 runs on ") and "load 0.5-2.0, 2 CPUs" in lines[-1]
+    assert lines[-1].startswith(f"`{command}`: medians of 3 recorded runs on ") and "load 0.5-2.0, 2 CPUs" in lines[-1]
     # another command: a record anew
     records.record("triggers", command + " --runs 2", records.summarize(results(3.0, 1.0, 900)), tmp_path)
     assert len(json.loads((tmp_path / "triggers.json").read_text())["runs"]) == 1
@@ -71,7 +71,7 @@ def test_request_counts_are_recorded_whole_and_their_tables_show_the_newest_run(
     assert lines[:4] == ["| job | delta-rs |", "|---|---|",
                          "| busy: a one-row batch every 0.4 s (216,000 a day), maintenance every 300 s | $9.50 |",
                          "| idle: no event all day, maintenance every 300 s | $0.18 |"]
-    assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py object-store`: 1 run on ")
+    assert lines[-1].startswith("`./spark-submit.sh jobs/benchmark.py object-store`: recorded once on ")
 
 
 def test_throughput_is_recorded_per_contender_and_rendered_as_medians_over_the_runs(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_throughput_is_recorded_per_contender_and_rendered_as_medians_over_the_r
     assert lines[3] == "| forwarder -> delta-rs | 550,000 | 0.50 / 2.00 / 0.10 / 0.40 = 3.00 | 1.00 |"
     assert lines[5] == ("Peak RSS of all the forwarder's processes at a backlog of 200,000 rows (N): 3,000 MiB; "
                         "at 2,000,000 (10N): 3,300 MiB (1.10x).")
-    assert lines[-1].startswith(f"`{command}`: medians of 3 runs")
+    assert lines[-1].startswith(f"`{command}`: medians of 3 recorded runs")
 
 
 def test_the_partitions_axis_is_recorded_per_count_and_rendered_beside_sparks_source(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_the_partitions_axis_is_recorded_per_count_and_rendered_beside_sparks_so
     lines = records.render("axis-partitions", tmp_path).splitlines()
 
     assert lines[0].startswith("| partitions | rows/s | Spark's Kafka source rows/s | gate p50 s | gate p99 s |")
-    assert lines[2].startswith("| 4 | 10,000 | 4,000 | 0.30 | 0.40 | 700 | 700 | 500 |")
+    assert lines[2].startswith("| 4 | 10,000 | 4,000 | 0.30 | 0.40 | 200 | 700 |")
     assert lines[3].startswith("| 256 | 12,000 | 90 | 0.30 | 0.40 |")
 
 
@@ -132,7 +132,8 @@ def test_growth_shows_each_modes_commit_at_both_ages_and_the_median_of_the_runs_
     assert lines[0].startswith("| mode | batch commit p50 at 100 versions | at 20,000 | growth (runs) |")
     assert lines[2] == ("| delta-rs, maintenance at its defaults | 0.40 ms | 0.40 ms | **1.00x** (1.00, 1.25, 0.75) "
                         "| 60 / 60 ms | 40 / 150 | 1.5 s |")
-    assert lines[-1].startswith("`python -m benchmarks.growth --modes on`: medians of 3 runs on 2026-11-28, load")
+    assert lines[-1].startswith(
+        "`python -m benchmarks.growth --modes on`: medians of 3 recorded runs on 2026-11-28, load")
 
 
 def test_a_long_run_is_a_column_of_its_figures(tmp_path: Path) -> None:
@@ -151,4 +152,4 @@ def test_a_long_run_is_a_column_of_its_figures(tmp_path: Path) -> None:
     assert lines[3] == ("| rows; exactly once (duplicates, gaps, beyond the leader, also at each kill) | "
                         "2,400,000; yes (0, 0, 0) |")
     assert lines[4] == "| micro-batches, first / last quarter | 200 / 180 |"
-    assert lines[8] == "| peak RSS of the largest jvm, first / last quarter | 650 / 650 MiB |"
+    assert lines[8] == "| peak RSS, Spark's JVM, first / last quarter | 650 / 650 MiB |"
