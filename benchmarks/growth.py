@@ -1,6 +1,7 @@
 """Growth: per-batch commit time and full-table read time as a table ages, maintenance on and off.
 
     python -m benchmarks.growth [--versions 20000] [--batches 40] [--store local|s3] [--workdir DIR] [--output FILE]
+        [--record NAME]
     (or spark-submit jobs/benchmark.py growth [the same options])
 
 For each mode a table aged to 100 versions and one aged to `--versions` are measured together,

@@ -1,6 +1,7 @@
 """Soak: the forwarder for a long run with maintenance on, SIGKILL restarts and a broker pause.
 
     python -m benchmarks.soak [--minutes 20] [--rate 2000] [--kills 3] [--pause 20] [--keep DIR] [--object-store]
+        [--record NAME]
 
 Runs the real job (`spark-submit jobs/forwarder.py`, `harness.job_world.JobRun`) against a
 live producer and a simulated leader on an embedded broker, with table maintenance every
