@@ -4,6 +4,7 @@ without dead letters would) and by the dead-letter sink, then with one poison ro
 (a number too large for the int column, in partition 0).
 
     .venv/bin/python -m benchmarks.dead_letters [--events 100000] [--batch 25000] [--only clean|poison]
+        [--record NAME]
 
 One local[2] Spark session, an embedded broker, a topic of two partitions; each variant is a
 Trigger.AvailableNow run over all of it into a fresh table; reported: wall time of the run and
@@ -18,12 +19,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
+from benchmarks import records
 from harness.poison import ERROR_COLUMN, TOO_LARGE, parse_events
 from synclib.app.resume import initial_offsets_file
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
@@ -78,13 +81,17 @@ def run(spark: Any, bootstrap: str, topic: str, log: str, directory: Path, varia
             "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dead_letters", description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=25_000)
     parser.add_argument("--engine", default="delta-rs")
     parser.add_argument("--only", choices=("clean", "poison"), help="run one of the two topics")
-    args = parser.parse_args()
+    parser.add_argument("--record", metavar="NAME", help="add the run to benchmarks/results/NAME.json, which the "
+                        "docs' dead-letter cost table is rendered from (benchmarks/records.py)")
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(given)
+    started = records.environment()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv's
     from pyspark.sql import SparkSession
 
@@ -114,6 +121,9 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
         admin.close()
     spark.stop()
+    if args.record:
+        print("recorded in " + str(records.record_run(args.record, "python -m benchmarks.dead_letters", given, started,
+                                                      dead_letters=results)))
 
 
 if __name__ == "__main__":

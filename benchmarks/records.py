@@ -402,18 +402,37 @@ def floors_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def dead_letters_table(kept: Mapping[str, Any]) -> str:
+    """Per topic (benchmarks/dead_letters.py): Spark's `addBatch` per batch with the plain sink and
+    with the dead-letter sink, and the difference (medians over every run of each variant)."""
+    runs = kept["runs"]
+    rows = ["| topic | rows a batch | plain sink addBatch | dead-letter sink addBatch | difference |",
+            "|---|---|---|---|---|"]
+    for topic, label in (("clean", "every row parses"), ("poison", "one poison row a batch")):
+        found = [result for run in runs for result in run["dead_letters"] if result["events"] == topic]
+        if not found:
+            continue
+        plain = _med_at([r for r in found if r["variant"] == "plain"], "add_batch_ms")
+        dead = _med_at([r for r in found if r["variant"] == "dead-letters"], "add_batch_ms")
+        per_batch = _median([r["rows"] / r["batches"] for r in found if r["batches"]])
+        difference = "-" if plain is None or dead is None else f"{dead - plain:+,.0f} ms ({(dead / plain - 1):+.0%})"
+        rows.append(f"| {label} | {_cell(per_batch, ',.0f')} | {_ms(plain)} | {_ms(dead)} | {difference} |")
+    return "\n".join(rows)
+
+
 NEWEST_ONLY = {"requests", "cost", "floors"}
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "triggers": triggers_table, "throughput": throughput_table, "requests": requests_table, "cost": cost_table,
-    "floors": floors_table, "axis": axis_table, "growth": growth_table, "soak": soak_table}
+    "floors": floors_table, "axis": axis_table, "growth": growth_table, "soak": soak_table,
+    "dead-letters": dead_letters_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:
     """The marked region's body, `<!-- results: KIND[-RECORD] -->`: the table of that kind from record
     RECORD (default: KIND) and where its figures come from. Request counts do not depend on the
     machine's load: their tables show the newest run only."""
-    table_kind, _, record_name = name.partition("-")
-    kept = json.loads((directory / f"{record_name or table_kind}.json").read_text())
+    table_kind = max((kind for kind in RENDERERS if name == kind or name.startswith(f"{kind}-")), key=len)
+    kept = json.loads((directory / f"{name.removeprefix(table_kind).removeprefix('-') or table_kind}.json").read_text())
     if table_kind in NEWEST_ONLY:
         kept = {**kept, "runs": kept["runs"][-1:]}
     return f"{RENDERERS[table_kind](kept)}\n\n{source_line(kept)}.\n"

@@ -153,3 +153,18 @@ def test_a_long_run_is_a_column_of_its_figures(tmp_path: Path) -> None:
                         "2,400,000; yes (0, 0, 0) |")
     assert lines[4] == "| micro-batches, first / last quarter | 200 / 180 |"
     assert lines[8] == "| peak RSS, Spark's JVM, first / last quarter | 650 / 650 MiB |"
+
+
+def test_dead_letters_cost_is_the_difference_of_the_two_sinks_medians(tmp_path: Path) -> None:
+    def result(variant: str, add_batch_ms: int, events: str = "clean") -> dict:
+        return {"variant": variant, "events": events, "add_batch_ms": add_batch_ms, "rows": 100_000, "batches": 4}
+
+    records.record_run("dead-letters", "python -m benchmarks.dead_letters", [], {
+        "date": "2026-11-28T03:00:00+00:00", "load_avg": [1.0, 0, 0]}, directory=tmp_path, dead_letters=[
+        result("plain", 300), result("dead-letters", 360), result("plain", 340), result("dead-letters", 380),
+        result("dead-letters", 9000, "poison")])
+
+    lines = records.render("dead-letters", tmp_path).splitlines()
+
+    assert lines[2] == "| every row parses | 25,000 | 320 ms | 370 ms | +50 ms (+16%) |"
+    assert lines[3] == "| one poison row a batch | 25,000 | - | 9,000 ms | - |"
