@@ -26,7 +26,7 @@ from synclib.settings.values import parse_duration
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 COMMAND = "python -m benchmarks.records"
-MARKED = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+MARKED = re.compile(r"(<!-- results: (?P<name>[\w+-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 
 
 def environment() -> dict[str, Any]:
@@ -428,14 +428,17 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 
 
 def render(name: str, directory: Path = RESULTS) -> str:
-    """The marked region's body, `<!-- results: KIND[-RECORD] -->`: the table of that kind from record
-    RECORD (default: KIND) and where its figures come from. Request counts do not depend on the
-    machine's load: their tables show the newest run only."""
+    """The marked region's body, `<!-- results: KIND[-RECORD[+RECORD...]] -->`: the table of that
+    kind from the runs of the records named (default: the record KIND), then where each record's
+    figures come from. Request counts do not depend on the machine's load: their tables show the
+    newest run only."""
     table_kind = max((kind for kind in RENDERERS if name == kind or name.startswith(f"{kind}-")), key=len)
-    kept = json.loads((directory / f"{name.removeprefix(table_kind).removeprefix('-') or table_kind}.json").read_text())
+    names = (name.removeprefix(table_kind).removeprefix("-") or table_kind).split("+")
+    kept = [json.loads((directory / f"{record}.json").read_text()) for record in names]
     if table_kind in NEWEST_ONLY:
-        kept = {**kept, "runs": kept["runs"][-1:]}
-    return f"{RENDERERS[table_kind](kept)}\n\n{source_line(kept)}.\n"
+        kept = [{**one, "runs": one["runs"][-1:]} for one in kept]
+    table = RENDERERS[table_kind]({"runs": [run for one in kept for run in one["runs"]]})
+    return "\n\n".join([table, *(f"{source_line(one)}." for one in kept)]) + "\n"
 
 
 def update(text: str, directory: Path = RESULTS) -> str:

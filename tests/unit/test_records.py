@@ -168,3 +168,21 @@ def test_dead_letters_cost_is_the_difference_of_the_two_sinks_medians(tmp_path: 
 
     assert lines[2] == "| every row parses | 25,000 | 320 ms | 370 ms | +50 ms (+16%) |"
     assert lines[3] == "| one poison row a batch | 25,000 | - | 9,000 ms | - |"
+
+
+def test_a_table_may_join_the_runs_of_several_records(tmp_path: Path) -> None:
+    quarter = {"batches": 200, "batch_ms_p50": 600.0, "batch_ms_p99": 4000.0, "peak_rss_mib": {}}
+    for engine in ("delta-rs", "delta-spark"):
+        report = {"seconds": 1200.0, "rate": 2000.0, "kills": 3, "broker_pause_s": 20.0, "exactly_once": True,
+                  "duplicates": 0, "gaps": 0, "beyond_leader": 0, "rows": 2_400_000, "live_files": 34,
+                  "versions": 673, "maintenance_passes": 27, "first": quarter, "last": quarter, "engine": engine,
+                  "object_store": False}
+        records.record_run(f"soak-{engine}", "python -m benchmarks.soak", ["--engine", engine],
+                           {"date": "2026-11-28T03:00:00+00:00", "load_avg": [6.0, 0, 0]},
+                           directory=tmp_path, soak=report)
+
+    lines = records.render("soak-soak-delta-rs+soak-delta-spark", tmp_path).splitlines()
+
+    assert lines[0].startswith("| | delta-rs (load 6.0-") and "| delta-spark (load 6.0-" in lines[0]
+    assert lines[-3].startswith("`python -m benchmarks.soak --engine delta-rs`: recorded once")
+    assert lines[-1].startswith("`python -m benchmarks.soak --engine delta-spark`: recorded once")
