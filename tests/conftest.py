@@ -37,6 +37,9 @@ if BROKER not in (*BROKERS, "kafka"):
 IS_APACHE_KAFKA = BROKER in APACHE_KAFKA or BROKER == "kafka"
 # Python workers must use this interpreter (the one with synclib's dependencies).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Every Spark JVM the tests start (the session's, each spark-submit's) reads tests/spark-conf:
+# C1 JIT only, as the tests' brokers run (its spark-defaults.conf says why).
+os.environ.setdefault("SPARK_CONF_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark-conf"))
 logging.getLogger("kafka").setLevel(logging.WARNING)
 TEST_GROUPS = ("unit", "broker", "spark", "e2e")  # directories under tests/, markers in pyproject.toml
 # What a group may not use: the session broker (and what builds on it) or Spark.
