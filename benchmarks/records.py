@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import ALWAYS_PRINTED, CPU_COLUMNS, axis_rows
 from synclib.settings.values import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,8 +55,6 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     """What a run of jobs/benchmark.py measured, for the record: the object-store phase's request
     counts as they are, the partitions axis's rows, or a run's throughput, memory, latency and floor."""
     if "partitions_axis" in results:
-        from benchmarks.report import axis_rows
-
         first = next(iter(results["partitions_axis"].values()))
         return {**provenance(first["environment"]), "axis": axis_rows(results["partitions_axis"])}
     if "object_store" in results:
@@ -134,6 +133,17 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def _med_at(runs: Sequence[Mapping[str, Any]], *path: str) -> float | None:
+    """The median over `runs` of the value at `path` (a run without it counts as unknown)."""
+    values = []
+    for run in runs:
+        value: Any = run
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        values.append(value)
+    return _median(values)
+
+
 def _cell(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{format(value, spec)}{unit}"
 
@@ -171,9 +181,11 @@ def triggers_table(kept: Mapping[str, Any]) -> str:
     Kafka source and Spark's own query at their best trigger."""
     runs = kept["runs"]
 
-    def med(key: str, label: str, part: str = "triggers") -> float | None:
-        return _median([(run.get(part) or {}).get(label, {}).get(key) if part == "triggers"
-                        else (run.get(part) or {}).get(key) for run in runs])
+    def med(key: str, label: str) -> float | None:
+        return _med_at(runs, "triggers", label, key)
+
+    def peer(key: str) -> float | None:
+        return _med_at(runs, "spark_kafka", key)
 
     rows = ["| trigger | gate latency p50 / p99 | one-row latency p50 / p99 | one-row batch | idle CPU |",
             "|---|---|---|---|---|"]
@@ -186,30 +198,18 @@ def triggers_table(kept: Mapping[str, Any]) -> str:
     if any(run.get("spark_kafka") for run in runs):
         trigger = runs[-1]["spark_kafka"]["trigger"]
         rows.append(f"| Spark's Kafka source -> delta-rs at {trigger} | - | "
-                    f"{_cell(med('one_row_p50_s', '', 'spark_kafka'), '.3f')} / "
-                    f"{_cell(med('one_row_p99_s', '', 'spark_kafka'), '.3f')} s | "
-                    f"{_cell(med('one_row_batch_ms', '', 'spark_kafka'), '.0f', ' ms')} | "
-                    f"{_cell(med('idle_cpu_s_per_s', '', 'spark_kafka'), '.3f', ' s/s')} |")
+                    f"{_cell(peer('one_row_p50_s'), '.3f')} / {_cell(peer('one_row_p99_s'), '.3f')} s | "
+                    f"{_cell(peer('one_row_batch_ms'), '.0f', ' ms')} | "
+                    f"{_cell(peer('idle_cpu_s_per_s'), '.3f', ' s/s')} |")
     spark_floor = _median([run.get("spark_floor_ms") for run in runs])
     if spark_floor is not None:
         rows.append(f"| Spark alone: rate -> Parquet at 0ms | - | - | {spark_floor:.0f} ms | - |")
     return "\n".join(rows)
 
 
-CPU_ROLES = (("jvm", "JVM"), ("py-workers", "Python workers"), ("py-driver", "driver"), ("broker", "broker"),
-             ("exec-jvm", "executor JVMs"), ("exec-py", "executor Python"), ("daemons", "cluster daemons"))
-ALWAYS_SHOWN = 4  # the first CPU roles; an executor's columns only where a run had executors
-
-
-def _med_at(runs: Sequence[Mapping[str, Any]], *path: str) -> float | None:
-    """The median over `runs` of the value at `path` (a run without it counts as unknown)."""
-    values = []
-    for run in runs:
-        value: Any = run
-        for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        values.append(value)
-    return _median(values)
+# report.CPU_COLUMNS as the docs' tables name them
+CPU_LABELS = {"jvm": "JVM", "py-workers": "Python workers", "py-driver": "driver", "broker": "broker",
+              "exec-jvm": "executor JVMs", "exec-py": "executor Python", "daemons": "cluster daemons"}
 
 
 def throughput_table(kept: Mapping[str, Any]) -> str:
@@ -219,7 +219,7 @@ def throughput_table(kept: Mapping[str, Any]) -> str:
     runs = [run for run in kept["runs"] if run.get("throughput")]
     names = list(runs[-1]["throughput"])
     engines = sorted({engine for run in runs for row in run["throughput"].values() for engine in row["forwarder_x"]})
-    roles = [(role, label) for index, (role, label) in enumerate(CPU_ROLES) if index < ALWAYS_SHOWN or any(
+    roles = [(role, CPU_LABELS[role]) for index, (role, _) in enumerate(CPU_COLUMNS) if index < ALWAYS_PRINTED or any(
         row["cpu_us_per_row"].get(role) for run in runs for row in run["throughput"].values())]
     peaks = any(row.get("peak_mib") for run in runs for row in run["throughput"].values())
     rows = [f"| contender | rows/s | CPU us/row: {' / '.join(label for _, label in roles)} = total | "
@@ -405,15 +405,9 @@ def floors_table(kept: Mapping[str, Any]) -> str:
 def _warm(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """A session's results without each variant's first run on a topic where it ran again (the first
     run of a session also warms the JVM and the Python workers up)."""
-    seen: set[tuple[str, str]] = set()
-    first = []
-    for result in results:
-        key = (result["events"], result["variant"])
-        first.append(key not in seen)
-        seen.add(key)
-    repeated = {(r["events"], r["variant"]) for r, is_first in zip(results, first, strict=True) if not is_first}
-    return [r for r, is_first in zip(results, first, strict=True)
-            if not (is_first and (r["events"], r["variant"]) in repeated)]
+    keys = [(result["events"], result["variant"]) for result in results]
+    return [result for index, (result, key) in enumerate(zip(results, keys, strict=True))
+            if keys.count(key) == 1 or key in keys[:index]]
 
 
 def dead_letters_table(kept: Mapping[str, Any]) -> str:

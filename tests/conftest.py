@@ -54,7 +54,7 @@ FORBIDDEN_FIXTURES = {"unit": ("bootstrap_servers", "spark"), "broker": ("spark"
 LONGEST_FIRST = ("e2e/test_maintenance.py", "e2e/test_faults.py", "e2e/test_dead_letters.py", "e2e/test_two_runs.py",
                  "spark/test_interop.py", "e2e/test_job.py", "e2e/test_librdkafka.py", "e2e/test_failover.py",
                  "broker/test_operations.py")
-GROUP_ORDER = ("e2e", "spark", "broker", "unit")
+GROUP_ORDER = TEST_GROUPS[::-1]  # the longest groups first
 
 
 def _file_rank(item: pytest.Item) -> tuple[int, int]:
