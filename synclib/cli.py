@@ -58,14 +58,25 @@ def maintain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def maintain(args: argparse.Namespace, config: ForwarderConfig, transform: Transform | None) -> int:
+    from synclib.app.tables import TableNotRecorded, sink_locations
     from synclib.delta.maintenance import run_pass
 
+    sink = config.sink
     try:
-        report = run_pass(config.sink.path, config.sink.maintenance)
-    except Exception as exc:  # noqa: BLE001 - any failure: say what, exit non-zero
-        print(f"maintain: the pass over {config.sink.path} failed: {exc}", file=sys.stderr)
+        locations = sink_locations(config)  # a table by name: the location the job's catalog gave it
+    except TableNotRecorded as exc:
+        print(f"maintain: {exc}", file=sys.stderr)
         return ExitCode.FAILED
-    print(f"{config.sink.path}: {report.summary()}")
+    if locations.left_to_platform and sink.maintenance.leave_to_platform:
+        print(f"{sink.address}: left to the platform (predictive optimization maintains it; "
+              "sink.maintenance.leave_to_platform)")
+        return ExitCode.OK
+    try:
+        report = run_pass(locations.table, sink.maintenance)
+    except Exception as exc:  # noqa: BLE001 - any failure: say what, exit non-zero
+        print(f"maintain: the pass over {sink.address} failed: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"{sink.address}: {report.summary()}")
     return ExitCode.OK
 
 
@@ -89,9 +100,9 @@ COMMANDS = {
                    storage=True),
     "status": Command("Per-partition status of a forwarder, without Spark.", "status", status.add_arguments,
                       status.report, logs=False),
-    "maintain": Command("One maintenance pass (compaction, vacuum, checkpoint, log cleanup) over sink.path with "
-                        "the sink.maintenance settings (with delta-rs, whatever sink.engine says; enabled is "
-                        "ignored), for cron-style use next to a forwarder whose own maintenance is off.",
+    "maintain": Command("One maintenance pass (compaction, vacuum, checkpoint, log cleanup) over sink.path (or "
+                        "sink.table) with the sink.maintenance settings (with delta-rs, whatever sink.engine says; "
+                        "enabled is ignored), for cron-style use next to a forwarder whose own maintenance is off.",
                         "maintain", maintain_arguments, maintain),
     "dead-letters": Command("List dead letters, or replay them into the main table once the transform is fixed.",
                             "dead_letters", dead_letter_arguments, dead_letters, transform=True, storage=True),

@@ -13,9 +13,11 @@ The sink needs two facts Spark keeps in `checkpointLocation`:
 synclib keeps its own files under `<checkpointLocation>/synclib/` (`synclib_file`), so that a new
 checkpoint starts without them: the source's first start offsets (`INITIAL_OFFSETS`) and the
 running embedded broker's address (`EMBEDDED_BROKER`), and the run marker (`RUN`, `RunMarker`):
-which run of the job owns the checkpoint now. The newest run wins: a run writes its marker before
-its query starts, and a running run checks it before planning a batch and before each Delta
-commit (`check_run`), so a run that another one replaced stops before it writes either.
+which run of the job owns the checkpoint now, and the tables by name with the locations the job's
+catalog gave them (`TABLES`, `TableRecord`: `status` and `maintain` run without Spark). The newest
+run wins: a run writes its marker before its query starts, and a running run checks it before
+planning a batch and before each Delta commit (`check_run`), so a run that another one replaced
+stops before it writes either.
 
 Locations are read as `synclib.locations` says (local paths, object stores, Databricks' FUSE).
 """
@@ -35,6 +37,7 @@ APP_ID_PREFIX = "synclib-"
 INITIAL_OFFSETS = "initial-offsets.json"
 EMBEDDED_BROKER = "embedded-broker.json"
 RUN = "run"
+TABLES = "tables.json"
 
 
 class CheckpointError(RuntimeError):
@@ -78,6 +81,29 @@ def batch_offsets(location: str, batch_id: int) -> str | None:
     if len(lines) < 3 or lines[2] == "-":
         return None
     return lines[2]
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """`<checkpoint>/synclib/tables.json`: a table by name (`sink.table`) and its dead-letter table,
+    where the job's catalog placed them, and whether the platform maintains the main one."""
+
+    table: str
+    location: str
+    dead_letters_table: str | None = None
+    dead_letters_location: str | None = None
+    left_to_platform: bool = False
+
+
+def record_tables(location: str, record: TableRecord) -> None:
+    """Keep `record` in the checkpoint at `location`, replacing the previous one."""
+    write_text(synclib_file(location, TABLES), json.dumps(asdict(record)))
+
+
+def recorded_tables(location: str) -> TableRecord | None:
+    """The tables the job last recorded in the checkpoint at `location`; None when there are none."""
+    text = read_text(synclib_file(location, TABLES))
+    return None if text is None else TableRecord(**json.loads(text))
 
 
 class RunSuperseded(RuntimeError):

@@ -17,6 +17,8 @@ def start_embedded_afresh(config: ForwarderConfig, config_path: str) -> list[str
     whose offsets restart at 0: a previous embedded run's checkpoint and table (recognised
     by the marker this leaves in them) are removed; any other existing location is refused.
     """
+    if config.sink.path is None:
+        raise ConfigError(f"{config_path}: sink.table: embedded runs write to a local path: set sink.path instead")
     locations = {"checkpoint.location": config.checkpoint.location, "sink.path": config.sink.path}
     for key, location in locations.items():
         if not os.path.isabs(location):

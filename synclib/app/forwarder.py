@@ -27,10 +27,11 @@ from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
 from synclib.compat.pyspark import failed_batch_offsets
+from synclib.dead_letters.sink import SCHEMA as DEAD_LETTER_SCHEMA
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.dead_letters.transformed import Transform
-from synclib.delta import maintenance, spark_maintenance
+from synclib.delta import catalog, maintenance, spark_maintenance
 from synclib.delta.engine import resolve_engine
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
@@ -44,7 +45,7 @@ from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.events import EventReplay
 from synclib.source.status import PlannerStatus
-from synclib.spark_checkpoint import RunMarker, start_run, superseded
+from synclib.spark_checkpoint import RunMarker, TableRecord, record_tables, start_run, superseded
 
 logger = logging.getLogger("synclib.forwarder")
 
@@ -59,9 +60,12 @@ class Forwarder:
         self.config = config
         self.transform = transform
         self.dead_letters: DeadLetterBatches | None = None  # with sink.dead_letters
+        self.dead_letters_path = config.sink.dead_letters_path  # by name: the catalog's location, once created
+        self.left_to_platform = False  # a table by name that predictive optimization maintains
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
         self._initial_offsets_text: str | None = None  # its contents, once read
         self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
+        self.table_path = config.sink.path  # a table by name: its location, once the catalog gave it
         self.gate_latency = GateLatency()
         self.planner_events = EventReplay()  # the planner's log lines, from its status file
         source = config.source  # past the source's deadlines a query fails: a longer wait is a stall
@@ -97,7 +101,7 @@ class Forwarder:
         options["initialOffsetsFile"] = initial_offsets_file(self.config.checkpoint.location)
         options["runId"] = self.run_marker.run_id
         options["runCheckpoint"] = self.config.checkpoint.location
-        starting = starting_offsets_from_table(self.config)
+        starting = starting_offsets_from_table(self.config, self.table_path)
         if starting is not None:
             options["startingOffsets"] = starting
         return options
@@ -107,8 +111,19 @@ class Forwarder:
         this run's marker, so that a run still writing to the checkpoint stops at its next batch."""
         start_run(self.config.checkpoint.location, self.run_marker)
         logger.info("%s owns checkpoint %s", self.run_marker.describe(), self.config.checkpoint.location)
+        sink = self.config.sink
+        if sink.table is not None:  # an existing table's offsets to resume from
+            self.table_path = catalog.locate(spark, sink.table)
         with checkpoint_manager(spark, self.config.checkpoint.location):
-            return self._start_query(spark, bootstrap, status_path)
+            query = self._start_query(spark, bootstrap, status_path)
+        if sink.table is not None:  # created by now: where `status` and `maintain` find it
+            self.table_path = catalog.locate(spark, sink.table)
+            assert self.table_path is not None
+            record = TableRecord(sink.table, self.table_path, sink.dead_letters_table, self.dead_letters_path,
+                                 sink.maintenance.leave_to_platform and catalog.left_to_platform(spark, sink.table))
+            record_tables(self.config.checkpoint.location, record)
+            self.left_to_platform = record.left_to_platform
+        return query
 
     def _start_query(self, spark: SparkSession, bootstrap: str, status_path: str) -> StreamingQuery:
         register(spark)
@@ -128,29 +143,38 @@ class Forwarder:
         return start_delta_stream(df, self._delta_stream(), direct=direct)
 
     def _start_with_dead_letters(self, df: DataFrame, source_rows: MicroBatchSourceRows) -> StreamingQuery:
-        """`sink.dead_letters`: rows the transform rejects or raises on go to a second table."""
+        """`sink.dead_letters`: rows the transform rejects or raises on go to a second table (by
+        name: created here, beside the main one unless `sink.dead_letters.path` or `.table` says)."""
         sink = self.config.sink
         options = sink.dead_letters
+        name = sink.dead_letters_table
+        self.dead_letters_path = sink.dead_letters_path or catalog.ensure_table(
+            df.sparkSession, DEAD_LETTER_SCHEMA, catalog.TableLayout(), name=name, setting="sink.dead_letters.table")
         query, self.dead_letters = start_with_dead_letters(
-            df, self.transform, self._delta_stream(), dead_letters_path=sink.dead_letters_path,
+            df, self.transform, self._delta_stream(), dead_letters_path=self.dead_letters_path,
             error_column=options.error_column, source_rows=source_rows,
-            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows))
+            limits=Limits(max_fraction=options.max_fraction, max_rows=options.max_rows), dead_letters_table=name)
         return query
 
     def _delta_stream(self) -> DeltaStream:
         """The sink's table, checkpoint, engine, partitioning, trigger and query name, from the config."""
         sink, trigger = self.config.sink, self.config.trigger
         return DeltaStream(
-            path=sink.path, checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
+            path=sink.path or "", checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
             trigger=trigger.spark_trigger,
-            query_name=QUERY_NAME, run_id=self.run_marker.run_id)  # the batch commits write the log checkpoints
+            query_name=QUERY_NAME, run_id=self.run_marker.run_id,  # the batch commits write the log checkpoints
+            table=sink.table, cluster_by=tuple(sink.cluster_by), table_properties=sink.table_properties)
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each
         pass counted in the metrics and reported once, by the maintenance module's log line."""
-        options, path = self.config.sink.maintenance, self.config.sink.path
-        if not options.enabled:
+        options, path = self.config.sink.maintenance, self.table_path
+        if not options.enabled or path is None:
+            return contextlib.nullcontext()
+        if self.left_to_platform:
+            logger.info("%s: maintenance left to the platform (predictive optimization; "
+                        "sink.maintenance.leave_to_platform)", self.config.sink.table)
             return contextlib.nullcontext()
         on_pass = [lambda report: self.monitoring.maintenance_run()]
         spark_pass = None
@@ -192,7 +216,8 @@ class Forwarder:
         headline = (f"forwarder stopped ({reason}) after {time.monotonic() - started:.1f}s: "
                     f"{reporter.batches} batches, {reporter.rows} rows forwarded in this run")
         if self.dead_letters is not None:
-            headline += dead_letters_note(sum(self.dead_letters.total.values()), self.config.sink.dead_letters_path)
+            headline += dead_letters_note(sum(self.dead_letters.total.values()),
+                                          self.config.sink.dead_letters_table or self.dead_letters_path or "")
         return self._finish(status_path, headline)
 
     def _report(self, query: StreamingQuery, reporter: ProgressReporter, status_path: str) -> None:
@@ -246,9 +271,10 @@ class Forwarder:
         return self._initial_offsets_text
 
     def _finish(self, status_path: str, headline: str) -> int:
-        path = self.config.sink.path
-        print(format_summary(path, table_summary(path), PlannerStatus.read(status_path), headline,
-                             self.config.logging.partition_table_rows), flush=True)
+        path = self.table_path
+        print(format_summary(self.config.sink.address, None if path is None else table_summary(path),
+                             PlannerStatus.read(status_path), headline, self.config.logging.partition_table_rows),
+              flush=True)
         return ExitCode.OK
 
 

@@ -15,13 +15,14 @@ from synclib.settings import ForwarderConfig
 logger = logging.getLogger("synclib.forwarder")
 
 
-def starting_offsets_from_table(config: ForwarderConfig) -> str | None:
-    """The `startingOffsets` option (Spark's offsets JSON) the table's latest synclib commit
-    gives a new checkpoint (`sink.resume_from_table`); None when the checkpoint, or
-    `source.starting_offsets` for a new table, decides."""
-    if not config.sink.resume_from_table or spark_checkpoint.query_id(config.checkpoint.location) is not None:
+def starting_offsets_from_table(config: ForwarderConfig, table_path: str | None) -> str | None:
+    """The `startingOffsets` option (Spark's offsets JSON) the latest synclib commit of the table
+    at `table_path` (None: there is none yet) gives a new checkpoint (`sink.resume_from_table`);
+    None when the checkpoint, or `source.starting_offsets` for a new table, decides."""
+    if (not config.sink.resume_from_table or table_path is None
+            or spark_checkpoint.query_id(config.checkpoint.location) is not None):
         return None
-    recorded = table.read_table_offsets(config.sink.path)
+    recorded = table.read_table_offsets(table_path)
     if not recorded:
         return None
     starting = json.dumps(to_offsets_json(recorded))

@@ -34,6 +34,7 @@ from synclib.app.gate_latency import describe, quantiles, table_latencies
 from synclib.app.preflight import check_job_kafka
 from synclib.app.progress import table
 from synclib.app.storage import StorageUnavailable, check_storage
+from synclib.app.tables import TableNotRecorded, sink_locations
 from synclib.dead_letters.table import dead_letter_counts
 from synclib.delta.table import TableSummary, open_table, recent_batches, table_summary
 from synclib.exit_codes import ExitCode
@@ -131,8 +132,9 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
     reader_options = config.source_options(bootstrap_servers)
     reader_options.setdefault("kafka.bootstrap.timeout.ms", str(int(timeout_s * 1000)))
     options = SourceOptions.from_spark(reader_options)
-    opened = open_table(config.sink.path)  # once: the summary and the gate latency read the same log
-    summary = table_summary(config.sink.path, opened)
+    locations = sink_locations(config)  # a table by name: where the job's catalog placed it
+    opened = open_table(locations.table)  # once: the summary and the gate latency read the same log
+    summary = table_summary(locations.table, opened)
     follower = (summary.offsets if summary is not None else None) or {}
     metadata = KafkaMetadata(options.client_config, options.subscription)  # fails first if Kafka is down
     try:
@@ -149,8 +151,8 @@ def collect(config: ForwarderConfig, bootstrap_servers: str, timeout_s: float = 
         table=summary,
         partitions=tuple(_partition(tp, follower.get(tp), high_watermarks.get(tp), commits, now)
                          for tp in partitions),
-        dead_letters=(config.sink.dead_letters_path, dead_letter_counts(config.sink.dead_letters_path) or {})
-        if config.sink.dead_letters.enabled else None,
+        dead_letters=(locations.dead_letters, dead_letter_counts(locations.dead_letters) or {})
+        if config.sink.dead_letters.enabled and locations.dead_letters else None,
         gate_latency=None if opened is None else _gate_latency(opened, releases),
     )
 
@@ -229,7 +231,7 @@ def report(args: argparse.Namespace, config: ForwarderConfig, transform: object 
         os.environ.update(config.storage.s3.environment())  # the tables on S3: for delta-rs and pyarrow
         check_job_kafka(config, bootstrap, min(args.timeout, config.kafka.connect_timeout))
         found = collect(config, bootstrap, args.timeout)
-    except (StatusError, KafkaError, KafkaUnavailable, StorageUnavailable) as exc:
+    except (StatusError, KafkaError, KafkaUnavailable, StorageUnavailable, TableNotRecorded) as exc:
         print(f"status: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     print(json.dumps(found.to_json(), indent=2) if args.json else format_status(found))

@@ -28,7 +28,7 @@ def s3_locations(config: ForwarderConfig) -> dict[str, str]:
     locations = {"sink.path": config.sink.path, "checkpoint.location": config.checkpoint.location}
     if config.sink.dead_letters.enabled:
         locations["sink.dead_letters.path"] = config.sink.dead_letters_path
-    return {setting: location for setting, location in locations.items() if is_s3(location)}
+    return {setting: location for setting, location in locations.items() if location and is_s3(location)}
 
 
 def check_storage(config: ForwarderConfig, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:

@@ -28,13 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(spark: SparkSession, args: argparse.Namespace, config: ForwarderConfig, transform: Transform | None) -> int:
     """List or replay (`args.action`); a replay that leaves dead letters failing the transform exits 1."""
     from synclib.dead_letters.replay import dead_letters, replay
+    from synclib.delta.catalog import TableError, locate
     from synclib.delta.engine import resolve_engine
 
     sink = config.sink
+    try:  # tables by name: the locations the session's catalog gives them (None: not created yet)
+        main_path = sink.path or locate(spark, sink.address)
+        dead_path = sink.dead_letters_path or locate(spark, sink.dead_letters_table or "", "sink.dead_letters.table")
+    except TableError as exc:
+        print(f"dead_letters: {exc}")
+        return ExitCode.FAILED
     if args.action == "list":
-        letters = dead_letters(spark, sink.dead_letters_path, sink.path, args.where)
+        letters = None if dead_path is None or main_path is None else dead_letters(spark, dead_path, main_path,
+                                                                                   args.where)
         if letters is None:
-            print(f"no dead-letter table at {sink.dead_letters_path}")
+            print(f"no dead-letter table at {dead_path or sink.dead_letters_table}")
             return ExitCode.OK
         shown = letters.select("topic", "partition", "offset", "batch_id", "error_class",
                                "error_message", "in_main_table").orderBy("topic", "partition", "offset")
@@ -42,11 +50,14 @@ def run(spark: SparkSession, args: argparse.Namespace, config: ForwarderConfig, 
             print(f"{row.topic}[{row.partition}] offset {row.offset} (batch {row.batch_id}): {row.error_class}: "
                   f"{first_line(row.error_message)}{' [in the main table]' if row.in_main_table else ''}")
         return ExitCode.OK
-    result = replay(spark, main_path=sink.path, dead_path=sink.dead_letters_path,
+    if main_path is None or dead_path is None:
+        print(f"no dead-letter table at {dead_path or sink.dead_letters_table}")
+        return ExitCode.OK
+    result = replay(spark, main_path=main_path, dead_path=dead_path,
                     engine=resolve_engine(spark, sink.engine), transform=transform,
                     error_column=sink.dead_letters.error_column, partition_by=tuple(sink.partition_by),
                     partition_by_date=sink.partition_by_date, include_headers=config.source.include_headers,
-                    where=args.where, dry_run=args.dry_run)
+                    where=args.where, dry_run=args.dry_run, main_table=sink.table)
     verb = "would replay" if args.dry_run else "replayed"
     print(f"dead letters selected: {result.selected}; already in the main table: {result.already}; "
           f"{verb}: {result.selected - result.already - len(result.still_failing)}; "

@@ -24,6 +24,7 @@ from synclib.dead_letters.isolation import describe
 from synclib.dead_letters.transformed import Transform, TransformedRows
 from synclib.delta import commit_lock
 from synclib.delta.batch_writes import DeltaTarget
+from synclib.delta.catalog import quote
 from synclib.delta.table import DATE_COLUMN, open_table, read_arrow
 from synclib.delta.writer import arrow_schema
 from synclib.errors import first_line
@@ -68,8 +69,10 @@ def dead_letters(spark: SparkSession, dead_path: str, main_path: str, where: str
 
 def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, transform: Transform | None,
            error_column: str | None, partition_by: tuple[str, ...], partition_by_date: bool,
-           include_headers: bool, where: str | None = None, dry_run: bool = False) -> ReplayResult:
-    """Append the selected dead letters the main table lacks to it, transformed, in one commit."""
+           include_headers: bool, where: str | None = None, dry_run: bool = False,
+           main_table: str | None = None) -> ReplayResult:
+    """Append the selected dead letters the main table lacks to it, transformed, in one commit
+    (with delta-spark by `main_table`'s name when given, `main_path` being its location)."""
     letters = dead_letters(spark, dead_path, main_path, where)
     if letters is None:
         return ReplayResult(0, 0, 0, [])
@@ -82,7 +85,7 @@ def replay(spark: SparkSession, *, main_path: str, dead_path: str, engine: str, 
         raw.persist()
         rows = raw.count()
         columns_out = list(partition_by) + ([DATE_COLUMN] if partition_by_date else [])
-        target = DeltaTarget(engine, normalize_location(main_path), "", tuple(columns_out))
+        target = DeltaTarget(engine, normalize_location(main_path), "", tuple(columns_out), table=main_table)
         transformed = TransformedRows(transform, error_column, partition_by_date)
         # every row may be poison here: they all failed once
         _, keys, poison = transformed.isolate_poison(raw, None, max_rows=rows) if rows else (0, [], [])
@@ -112,6 +115,9 @@ def _append(df: DataFrame, target: DeltaTarget) -> None:
         df = df.select(*[field.name for field in table.schema().fields])
     if target.engine == DELTA_SPARK:
         writer = df.write.format("delta").mode("append")
+        if target.table is not None:  # by name: the catalog's table, with its partitioning
+            writer.saveAsTable(quote(target.table))
+            return
         if target.partition_by:
             writer = writer.partitionBy(*target.partition_by)
         writer.save(target.path)

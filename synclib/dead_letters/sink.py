@@ -242,10 +242,12 @@ def _recent(counts: Mapping[int, int], batch_id: int, count: int) -> dict[int, i
 
 def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream: DeltaStream, *,
                             dead_letters_path: str, error_column: str | None, limits: Limits,
-                            source_rows: SourceRows) -> tuple[StreamingQuery, DeadLetterBatches]:
+                            source_rows: SourceRows, dead_letters_table: str | None = None,
+                            ) -> tuple[StreamingQuery, DeadLetterBatches]:
     """Start the streaming `raw` (the source's rows) through `transform` into the Delta table of
-    `stream`, failed rows into the one at `dead_letters_path`; `source_rows(spark, batch_id)`
-    reads a micro-batch's rows of `raw` again (see the module docstring)."""
+    `stream`, failed rows into the one at `dead_letters_path` (named `dead_letters_table`, which
+    delta-spark then writes by name); `source_rows(spark, batch_id)` reads a micro-batch's rows of
+    `raw` again (see the module docstring)."""
     transformed = transform(raw) if transform is not None else raw
     if error_column is not None:
         missing = [c for c in ("topic", "partition", "offset") if c not in transformed.columns]
@@ -257,7 +259,7 @@ def start_with_dead_letters(raw: DataFrame, transform: Transform | None, stream:
     made: list[DeadLetterBatches] = []
 
     def batches(main: DeltaTarget) -> DeadLetterBatches:
-        dead = replace(main, path=dead_path, partition_by=(), log_checkpoints=True)
+        dead = replace(main, path=dead_path, partition_by=(), log_checkpoints=True, table=dead_letters_table)
         made.append(DeadLetterBatches(main, dead, transform, error_column, limits, source_rows,
                                       stream.partition_by_date))
         return made[-1]

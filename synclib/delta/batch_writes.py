@@ -33,6 +33,7 @@ class DeltaTarget:
     partition_by: tuple[str, ...] = ()
     log_checkpoints: bool = True
     run_id: str | None = None  # as `DeltaStream.run_id`
+    table: str | None = None  # its name: delta-spark writes by name (`path` is the catalog's location)
 
     def done(self, app_id: str, batch_id: int) -> bool:
         """Whether the table holds batch `batch_id` of `app_id` (then with the end offsets the
@@ -45,7 +46,8 @@ class DeltaTarget:
 
     def write(self, df: DataFrame, app_id: str, batch_id: int) -> None:
         if self.engine == DELTA_SPARK:  # txnAppId/txnVersion, synclib metadata, retried on a conflict
-            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by, self.run_id)(df, batch_id)
+            DeltaSparkBatchWriter(self.path, self.checkpoint, self.partition_by, self.run_id,
+                                  self.table)(df, batch_id)
             return
         writer = df.write.option("runId", self.run_id) if self.run_id else df.write
         (writer.format(BATCH_FORMAT).mode("append")

@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame
 
 from synclib import spark_checkpoint
 from synclib.compat import py4j as py4j_compat
+from synclib.delta.catalog import quote
 from synclib.delta.commits import check_replay, commit_metadata
 from synclib.delta.table import current_table, holds_batch
 from synclib.errors import first_line
@@ -34,11 +35,14 @@ class DeltaSparkBatchWriter:
     checkpoint's run marker is checked before each write, and the batch after one this writer
     committed itself is not looked up: only another run can have committed it, and that run wrote
     its marker before it started (no read of the log by synclib on the way to Delta's commit).
+    With `table` (a name, created by `synclib.delta.catalog` with its partitioning), Delta writes
+    through the catalog (`saveAsTable`, the same options); `path` is the location the catalog gave.
     """
 
     def __init__(self, path: str, checkpoint_location: str, partition_by: Sequence[str],
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, table: str | None = None) -> None:
         self._path = path
+        self._table = table
         self._checkpoint = checkpoint_location
         self._partition_by = list(partition_by)
         self._run_id = run_id
@@ -56,11 +60,14 @@ class DeltaSparkBatchWriter:
         writer = (batch.write.format("delta").mode("append")
                   .option("txnAppId", app_id).option("txnVersion", batch_id)
                   .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
-        if self._partition_by:
+        if self._partition_by and self._table is None:
             writer = writer.partitionBy(*self._partition_by)
         for attempt in range(1, _CONFLICT_RETRIES + 1):
             try:
-                writer.save(self._path)
+                if self._table is None:
+                    writer.save(self._path)
+                else:
+                    writer.saveAsTable(quote(self._table))
                 self._committed = batch_id
                 return
             except Exception as exc:

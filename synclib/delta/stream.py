@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deltalake import Schema
@@ -17,6 +17,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
 from synclib.delta.batch_writes import DeltaTarget
+from synclib.delta.catalog import TableError, TableLayout, ensure_table
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
@@ -42,7 +43,9 @@ class DeltaStream:
     keyword arguments for `DataStreamWriter.trigger`, e.g. `{"availableNow": True}` or
     `{"processingTime": "10 seconds"}`. `log_checkpoints` false: delta-rs batch commits write no
     Delta log checkpoints (maintenance writes them). `run_id`: each commit first checks the
-    checkpoint's run marker (`synclib.spark_checkpoint.check_run`)."""
+    checkpoint's run marker (`synclib.spark_checkpoint.check_run`). `table`: the table by name
+    (`synclib.delta.catalog`; `path` is then '' until `start_delta_stream` fills in the location the
+    catalog gives), created when missing with `cluster_by` and `table_properties`."""
 
     path: str
     checkpoint_location: str
@@ -53,6 +56,9 @@ class DeltaStream:
     query_name: str | None = None
     log_checkpoints: bool = True
     run_id: str | None = None  # the job's run: no commit once the checkpoint's run marker names another
+    table: str | None = None
+    cluster_by: tuple[str, ...] = ()
+    table_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def table_path(self) -> str:
@@ -110,13 +116,21 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
         df = df.withColumn(DATE_COLUMN, utc_date(F.col("timestamp")))
     spark = df.sparkSession
     chosen = resolve_engine(spark, stream.engine)
+    if stream.cluster_by and chosen != DELTA_SPARK:
+        raise TableError(f"sink.cluster_by: a clustered table is written by delta-spark only, the engine is {chosen}")
+    if stream.table is not None or stream.cluster_by or stream.table_properties:
+        layout = TableLayout(tuple(partition_by), stream.cluster_by, stream.table_properties)
+        location = ensure_table(spark, df.drop(*stream_only).schema, layout, name=stream.table,
+                                path=stream.table_path if stream.table is None else None)
+        stream = replace(stream, path=location)
     table_path = stream.table_path
     others = {normalize_location(path): schema for path, schema in (sink.other_tables if sink else {}).items()}
-    check_table_layout(table_path, df.drop(*stream_only).schema, partition_by)
+    if stream.table is None:  # a table by name: checked by the catalog above
+        check_table_layout(table_path, df.drop(*stream_only).schema, partition_by)
     for path, schema in others.items():
         check_table_layout(path, schema, ())
     direct_path = direct is not None and sink is None and chosen == DELTA_RS
-    logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.path, chosen,
+    logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.table or stream.path, chosen,
                 ", read tasks writing the files" if direct_path else "", partition_by or "nothing",
                 "".join(f", and {path}" for path in others), stream.checkpoint)
     if chosen == DELTA_SPARK:
@@ -126,10 +140,10 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
         if chosen == DELTA_RS:
             spark.dataSource.register(DeltaBatchSink)
         main = DeltaTarget(chosen, table_path, stream.checkpoint, tuple(partition_by), stream.log_checkpoints,
-                           stream.run_id)
+                           stream.run_id, stream.table)
         return stream.writer(df).foreachBatch(sink.function(main)).start()
     if chosen == DELTA_SPARK:
-        batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id)
+        batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id, stream.table)
         return stream.writer(df).foreachBatch(batch_writer).start()
     options = {"path": table_path, "checkpointLocation": stream.checkpoint,
                "partitionBy": json.dumps(partition_by), "logCheckpoints": str(stream.log_checkpoints).lower()}

@@ -26,6 +26,8 @@ from synclib.settings.values import (
     Port,
     PositiveDuration,
     PositiveInt,
+    TableName,
+    TableProperties,
     TransformSpec,
     TriggerModeChoice,
     spark_value,
@@ -60,6 +62,11 @@ class MaintenanceConfig(Section):
     """How far back the log (time travel, lagging Delta streaming readers of the table) reaches; on
     HDFS a longer log costs every delta-rs batch commit time (it lists the log), on local storage
     only the commits after another writer's, such as maintenance's."""
+    leave_to_platform: Boolean = True
+    """A `sink.table` whose catalog runs OPTIMIZE and VACUUM itself (Databricks' predictive
+    optimization, as `DESCRIBE TABLE EXTENDED` reports it) is left to it: no maintenance thread, and
+    `maintain` passes over it; false: synclib maintains it too (see [Who maintains the
+    table](operations/maintenance.md#who-maintains-the-table))."""
 
     @property
     def target_file_size(self) -> int:
@@ -76,7 +83,9 @@ class DeadLettersConfig(Section):
     batch (see [Dead letters](operations/dead-letters.md))."""
     path: FilePath | None = None
     """The dead-letter Delta table, beside the main table (never inside it); unset:
-    `<sink.path>_dead_letters`."""
+    `<sink.path>_dead_letters`, or with `sink.table` the table `<sink.table>_dead_letters`."""
+    table: TableName | None = None
+    """The dead-letter table by name (as `sink.table`), instead of `path`."""
     error_column: ColumnName | None = None
     """A nullable string column the transform adds: not null marks the row a dead letter (the value
     is its message); the column is not written to the main table. The transform's output must then
@@ -90,8 +99,12 @@ class DeadLettersConfig(Section):
 class SinkConfig(Section):
     """`sink`: the Delta table and how it is written."""
 
-    path: FilePath
-    """The Delta table (local path, `s3://`, `abfss://`, `/Volumes/...`)."""
+    path: FilePath | None = None
+    """The Delta table's location (local path, `s3://`, `abfss://`, `/Volumes/...`); or `table`."""
+    table: TableName | None = None
+    """The Delta table by name, instead of `path`: `table`, `schema.table` or `catalog.schema.table`,
+    resolved by the job's Spark catalog (Unity Catalog on Databricks) and created when missing (see
+    [Tables by name](running.md#tables-by-name))."""
     engine: EngineChoice = "auto"
     """The writer (see [Choosing the
     writer](operations/writer-and-trigger.md#choosing-the-writer))."""
@@ -99,15 +112,55 @@ class SinkConfig(Section):
     """Partition columns."""
     partition_by_date: Boolean = False
     """Add `date` (UTC, from the Kafka timestamp) and partition by it."""
+    cluster_by: Columns = ()
+    """Liquid clustering columns of a table the job creates (`CLUSTER BY`; delta-spark only), instead
+    of partitioning."""
+    table_properties: TableProperties = Field(default_factory=dict)
+    """Table properties of a table the job creates (`TBLPROPERTIES`), e.g.
+    `delta.enableChangeDataFeed: true`; an existing table keeps its own."""
     resume_from_table: Boolean = True
     """A new checkpoint on an existing table starts from the offsets the table records."""
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     dead_letters: DeadLettersConfig = Field(default_factory=DeadLettersConfig)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> SinkConfig:
+        if (self.path is None) == (self.table is None):
+            raise SettingError("table" if self.path else "path", "set exactly one of {0} and {1}", "path", "table")
+        if self.dead_letters.path is not None and self.dead_letters.table is not None:
+            raise SettingError("dead_letters.table", "set at most one of {0} and {1}", "dead_letters.path",
+                               "dead_letters.table")
+        if self.cluster_by and (self.partition_by or self.partition_by_date):
+            raise SettingError("cluster_by", "a table is clustered or partitioned, not both: remove {0} or {1}",
+                               "cluster_by", "partition_by" if self.partition_by else "partition_by_date")
+        return self
+
     @property
-    def dead_letters_path(self) -> str:
-        """The dead-letter table: `dead_letters.path`, else `<path>_dead_letters`."""
-        return self.dead_letters.path or self.path.rstrip("/") + "_dead_letters"
+    def dead_letters_path(self) -> str | None:
+        """The dead-letter table's location when it is given by one: `dead_letters.path`, else
+        `<path>_dead_letters` (None: the table `dead_letters_table` names)."""
+        if self.dead_letters.path or self.dead_letters_table:
+            return self.dead_letters.path
+        assert self.path is not None
+        return self.path.rstrip("/") + "_dead_letters"
+
+    @property
+    def dead_letters_table(self) -> str | None:
+        """The dead-letter table's name: `dead_letters.table`, else with `table` and no
+        `dead_letters.path` `<table>_dead_letters` (beside it, in its catalog and schema)."""
+        if self.dead_letters.table or self.dead_letters.path or self.table is None:
+            return self.dead_letters.table
+        return dead_letters_name(self.table)
+
+    @property
+    def address(self) -> str:
+        """The table as the config gives it, for messages: its name or its location."""
+        return self.table or self.path or ""
+
+
+def dead_letters_name(table: str) -> str:
+    """`<table>_dead_letters`, in the same catalog and schema (a back-quoted last part keeps its quotes)."""
+    return f"{table[:-1]}_dead_letters`" if table.endswith("`") else f"{table}_dead_letters"
 
 
 class CheckpointConfig(Section):

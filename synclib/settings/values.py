@@ -38,6 +38,10 @@ LEADER, PROCESSING_TIME, AVAILABLE_NOW = TRIGGER_MODES
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SERVER = re.compile(r"[^\s,]+:[0-9]+")
+# A one-, two- or three-part table name: identifiers of letters, digits and `_`, or back-quoted.
+_IDENTIFIER = r"(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`)"
+_TABLE_NAME = re.compile(rf"{_IDENTIFIER}(?:\.{_IDENTIFIER}){{0,2}}")
+_NAME_PART = re.compile(_IDENTIFIER)
 _TRANSFORM = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _NUMBER = re.compile(r"\s*[0-9]*\.?[0-9]+\s*")
@@ -223,6 +227,30 @@ def _columns(raw: Any) -> tuple[str, ...]:
     raise Invalid("a list of distinct column names")
 
 
+def table_name_parts(name: str) -> tuple[str, ...]:
+    """The identifiers of a table name that `TableName` accepted, back quotes removed:
+    `main.events.raw` is ("main", "events", "raw"), `` `my-db`.t `` is ("my-db", "t")."""
+    parts = [m.group(0) for m in _NAME_PART.finditer(name)]
+    return tuple(p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts)
+
+
+def _table_name(raw: Any) -> str:
+    text = _string(raw).strip()
+    if _TABLE_NAME.fullmatch(text):
+        return text
+    raise Invalid("a table name: table, schema.table or catalog.schema.table (letters, digits, _; "
+                  "other characters inside `back quotes`)")
+
+
+def _properties(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and k.strip() for k in raw):
+        raise Invalid("a mapping of table property names to values")
+    bad = [k for k, v in raw.items() if v is None or isinstance(v, (dict, list))]
+    if bad:
+        raise Invalid("a mapping of table property names to values", f"{bad[0]!r} needs a string, number or boolean")
+    return {str(k): spark_value(v) for k, v in raw.items()}
+
+
 def _regex(raw: Any) -> str:
     text = _string(raw)
     try:
@@ -298,6 +326,8 @@ Columns = Annotated[tuple[str, ...], BeforeValidator(_columns), Kind("column nam
 ColumnName = Annotated[str, BeforeValidator(_column), Kind("column name")]
 Fraction = Annotated[float, BeforeValidator(_fraction), Kind("fraction")]
 Regex = Annotated[str, BeforeValidator(_regex), Kind("regex")]
+TableName = Annotated[str, BeforeValidator(_table_name), Kind("table name")]
+TableProperties = Annotated[dict[str, str], BeforeValidator(_properties), Kind("mapping")]
 TransformSpec = Annotated[str, BeforeValidator(_transform), Kind("`module:function`")]
 Assignment = Annotated[str, BeforeValidator(_assign), Kind("JSON")]  # compact JSON {"topic": [partitions]}
 # A StartingMode or compact offsets JSON.

@@ -39,6 +39,7 @@ SPARK_MODULES = frozenset({
     "synclib.source.datasource",
     "synclib.delta.writer", "synclib.delta.spark_writer",  # the delta-rs and the delta-spark writer
     "synclib.delta.engine", "synclib.delta.stream",  # choosing the writer, starting the stream
+    "synclib.delta.catalog",  # tables by name and the tables the job creates, through the session's catalog
     "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
     "synclib.app.forwarder", "synclib.app.signals",  # the job's streaming query; its JVM signal handlers
     "synclib.app.session",  # the job's Spark session

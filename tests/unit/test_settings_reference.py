@@ -29,7 +29,7 @@ def test_every_setting_has_a_row_with_its_type_default_and_spark_option(capsys: 
                                                                       "| `sink.maintenance.vacuum_retention`",
                                                                       "| `remotePollInterval`"))] == [
         ["| `source.commit_groups`", "group ids", "required", "`synchronizeCommitGroups`"],
-        ["| `sink.path`", "path", "required", ""],
+        ["| `sink.path`", "path", "-", ""],
         ["| `sink.maintenance.vacuum_retention`", "duration", "`168h`", ""],
         ["| `remotePollInterval`", "duration > 0", "`1s`",
          "How often `remoteOffsets=group` polls the leader groups. |"],
