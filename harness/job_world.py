@@ -85,7 +85,8 @@ def wait_for(condition: Callable[[], T], timeout_s: float = 30.0, what: str = "c
 
 def classpath_options(config: Path) -> list[str]:
     """spark-submit options for the jars `config` needs beyond PySpark's, as ./spark-submit.sh
-    always gives them: Delta's jars and session extension for `sink.engine: delta-spark` (none
+    always gives them: Delta's jars and session extension for `sink.engine: delta-spark` or a
+    `sink.table` (none
     otherwise, so `auto` resolves to delta-rs as on a bare spark-submit), S3A's for an `s3://` or
     `s3a://` table or checkpoint."""
     try:
@@ -96,7 +97,7 @@ def classpath_options(config: Path) -> list[str]:
         return []
     sink, checkpoint = (loaded.get(key) if isinstance(loaded.get(key), dict) else {} for key in ("sink", "checkpoint"))
     jars, options = [], []
-    if sink.get("engine") == "delta-spark":
+    if sink.get("engine") == "delta-spark" or sink.get("table"):  # a table by name: Delta's catalog creates it
         jars += jvm.jars(jvm.DELTA)
         for key, value in jvm.DELTA_SESSION_CONF.items():
             options += ["--conf", f"{key}={value}"]

@@ -31,6 +31,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from synclib.delta.engine import fit_delta_to_local_master
 from synclib.errors import first_line
 from synclib.settings.values import table_name_parts
 
@@ -80,6 +81,7 @@ def locate(spark: SparkSession, name: str, setting: str = "sink.table") -> str |
     """The location of the Delta table `name` in the session's catalog; None when it does not exist
     (its catalog and schema do). `TableError` when the catalog or schema does not exist, or the
     table is not a Delta table."""
+    fit_delta_to_local_master(spark)  # DESCRIBE DETAIL reads the table's snapshot
     detail = _detail(spark, name, setting)
     return None if detail is None else local_location(str(detail["location"]))
 
@@ -89,6 +91,7 @@ def ensure_table(spark: SparkSession, schema: StructType, layout: TableLayout, *
     """The location of the table `name` (or at `path`), created when missing with `schema` and
     `layout`, checked against them when it exists (`TableError`, one line, naming `setting`).
     A path table is created only when `layout.creates_more`; otherwise the writer's first commit does."""
+    fit_delta_to_local_master(spark)
     if name is None:
         assert path is not None
         if layout.creates_more:

@@ -20,6 +20,7 @@ from databricks.sdk.service.jobs import JobsAPI, JobSettings
 from synclib.app.session import SESSION_DEFAULTS
 from synclib.cli import parser
 from synclib.settings import ConfigError, load_config
+from synclib.settings.values import table_name_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +45,15 @@ def forwarder_task_args(python_task: dict) -> argparse.Namespace:
 
 def assert_config_takes_exactly_these_from_the_environment(monkeypatch, args: argparse.Namespace,
                                                           names: Iterable[str]) -> None:
-    """The Databricks config loads with `names` set (Kafka over SASL_SSL, table and checkpoint on a
-    volume) and fails naming each of them when it is missing."""
+    """The Databricks config loads with `names` set (Kafka over SASL_SSL, a table by its three-part
+    name, the checkpoint on a volume) and fails naming each of them when it is missing."""
     names = list(names)
     for name in names:
         monkeypatch.setenv(name, f"<{name}>" if name != "KAFKA_BOOTSTRAP_SERVERS" else "broker-1:9096")
     config = load_config(args.config, args.overrides)
     assert (config.kafka.security.protocol, config.kafka.security.password) == ("SASL_SSL", "<KAFKA_PASSWORD>")
-    assert config.sink.path.startswith("/Volumes/") and config.checkpoint.location.startswith("/Volumes/")
+    assert config.sink.table is not None and len(table_name_parts(config.sink.table)) == 3  # catalog.schema.table
+    assert config.checkpoint.location.startswith("/Volumes/")
     assert config.sink.engine == "auto"
     for name in names:  # every secret the config needs comes from the job's environment
         monkeypatch.delenv(name)
