@@ -27,7 +27,9 @@ MEANINGS = {
                      "`status`: the broker, the table or the forwarder's files could not be read; `maintain`: the "
                      "pass failed; `dead-letters replay`: some dead letters still fail the transform (listed)",
     ExitCode.CONFIG: "invalid configuration or arguments: one line naming the file and every invalid key; Spark was "
-                     "not started",
+                     "not started. Or the table disagrees with the config (`sink.table`'s catalog or schema missing, "
+                     "its columns, partitioning or clustering other than the stream's): one line naming both, "
+                     "before any batch",
     ExitCode.KAFKA: "Kafka cannot be used: unreachable, a rejected credential or certificate, or a named topic "
                     "missing; one line naming the broker, protocol and cause (see "
                     "[Kafka security](operations/security.md)); Spark's query was not started",

@@ -7,6 +7,7 @@ the dead-letter table's columns, e.g. "error_class = 'CAST_OVERFLOW'" or
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from synclib.errors import first_line
@@ -36,7 +37,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: ForwarderConfig, 
         main_path = sink.path or locate(spark, sink.address)
         dead_path = sink.dead_letters_path or locate(spark, sink.dead_letters_table or "", "sink.dead_letters.table")
     except TableError as exc:
-        print(f"dead_letters: {exc}")
+        print(f"dead_letters: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     if args.action == "list":
         letters = None if dead_path is None or main_path is None else dead_letters(spark, dead_path, main_path,
