@@ -53,8 +53,7 @@ FORBIDDEN_FIXTURES = {"unit": ("bootstrap_servers", "spark"), "broker": ("spark"
 # short ones fill the end, so the two workers end close together.
 LONGEST_FIRST = ("e2e/test_maintenance.py", "e2e/test_faults.py", "e2e/test_dead_letters.py", "e2e/test_two_runs.py",
                  "e2e/test_tables_by_name.py", "spark/test_interop.py", "e2e/test_job.py", "e2e/test_librdkafka.py",
-                 "e2e/test_failover.py",
-                 "broker/test_operations.py")
+                 "e2e/test_failover.py", "broker/test_operations.py")
 GROUP_ORDER = TEST_GROUPS[::-1]  # the longest groups first
 
 
