@@ -23,6 +23,7 @@ from synclib.settings import (
     parse_duration,
 )
 from synclib.settings.kafka import kafka_client_config
+from synclib.settings.values import table_name_parts
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SECRET = "hunter2-s3cr3t"
@@ -483,3 +484,12 @@ def test_a_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
                     "sink: {path: x}\ncheckpoint: {location: c}\n")
     with pytest.raises(ValueError, match=re.escape(f"{path}: source.1: unknown key (known keys: assign, ")):
         load_config(path)
+
+
+@pytest.mark.parametrize(("name", "parts"), [
+    ("events", ("events",)), ("sentry.events", ("sentry", "events")),
+    ("main.sentry.events", ("main", "sentry", "events")), ("main.`my-db`.`a``b`", ("main", "my-db", "a`b")),
+])
+def test_a_table_name_is_one_two_or_three_identifiers(tmp_path, name, parts):
+    config = load_config(write(tmp_path, build({"sink.path": DELETE, "sink.table": name})))
+    assert table_name_parts(config.sink.table) == parts
