@@ -64,13 +64,9 @@ def run(args: argparse.Namespace, config: ForwarderConfig, transform: Transform 
         logger.info("embedded: a new world each run; removed the previous embedded run's %s", " and ".join(replaced))
     # Here, not at the top: pyspark, deltalake and the sink load only once the configuration is valid.
     from synclib.app.forwarder import Forwarder
-    from synclib.delta.catalog import TableError
 
     try:
         return Forwarder(config, transform).run()
-    except TableError as exc:  # the table disagrees with the config: before any batch
-        print(f"forwarder: {exc}", file=sys.stderr, flush=True)
-        return ExitCode.CONFIG
     except KeyboardInterrupt:
         print("forwarder: stopped at once by a second signal; the batch in flight is replayed "
               "on restart", file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from synclib.delta.engine import fit_delta_to_local_master
+from synclib.delta.features import UnwritableTable
 from synclib.errors import first_line
 from synclib.settings.values import table_name_parts
 
@@ -42,8 +43,9 @@ logger = logging.getLogger(__name__)
 PREDICTIVE_OPTIMIZATION = "Predictive Optimization"
 
 
-class TableError(ValueError):
-    """A table the job cannot use as configured; the message is one line naming the setting."""
+class TableError(UnwritableTable):
+    """A table the job cannot use as configured; the message is one line naming the setting (a
+    `ConfigError`: the command's one line on stderr, exit 2)."""
 
 
 @dataclass(frozen=True)
