@@ -5,6 +5,8 @@ across two sessions is tests/e2e/test_tables_by_name.py."""
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +14,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from synclib.delta.catalog import TableError, locate
+from synclib.dead_letters import commands
+from synclib.dead_letters.sink import SCHEMA
+from synclib.delta.catalog import TableError, TableLayout, ensure_table, locate
 from synclib.delta.table import read_table_offsets
+from synclib.settings import ForwarderConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import Stream, lose_spark_commit
 
@@ -108,3 +113,24 @@ def test_a_missing_schema_or_catalog_stops_before_a_batch(spark: SparkSession, t
     with pytest.raises(TableError, match=f"^sink.table {name}: {fragment}"):
         stream.run(table=name)
     assert not (Path(stream.checkpoint) / "commits").exists()
+
+
+def test_the_dead_letter_list_finds_both_tables_by_name(spark: SparkSession, tmp_path: Path, schema: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    stream = Stream(spark, tmp_path, DELTA_SPARK)
+    stream.offer({0: 2})
+    stream.run(table=f"{schema}.events")
+    dead = ensure_table(spark, SCHEMA, TableLayout(), name=f"{schema}.events_dead_letters")
+    letter = ("events", 0, 1, dt.datetime(2024, 1, 1), 0, b"k", b"v", None, "REJECTED_BY_TRANSFORM", "bad", 0, "a",
+              dt.datetime(2024, 1, 1))
+    spark.createDataFrame([letter], SCHEMA).write.format("delta").mode("append").save(dead)
+    config = ForwarderConfig.model_validate({
+        "kafka": {"bootstrap_servers": "localhost:9092"},
+        "source": {"subscribe": "events", "commit_log_topic": "log", "commit_groups": ["g"]},
+        "sink": {"table": f"{schema}.events", "dead_letters": {"enabled": True}},
+        "checkpoint": {"location": stream.checkpoint}})
+
+    listed = commands.run(spark, argparse.Namespace(action="list", where=None, dry_run=False), config, None)
+
+    assert listed == 0
+    assert "events[0] offset 1 (batch 0): REJECTED_BY_TRANSFORM: bad [in the main table]" in capsys.readouterr().out
