@@ -380,8 +380,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         seen = planner.remote.release_generation()  # before planning: a release from now on wakes the wait
         effective_start, end = self._plan(start_offsets, limit)
         if self.options.await_leader_commits and self._target is None:
-            if start_offsets != self._reported_start:  # the last batch's end, shown before the gate waits
-                self._write_status(start_offsets)
+            if start_offsets != self._reported_start and not has_work(start_offsets, end):
+                self._write_status(start_offsets)  # the last batch's end, shown before the gate waits
             effective_start, end = self._await_leader(start_offsets, limit, seen, effective_start, end)
         if has_work(start_offsets, end):
             if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets
