@@ -73,7 +73,7 @@ def test_the_backoff_is_exponential_with_jitter_and_capped() -> None:
     policy = RetryPolicy()
     for retry in range(1, 12):
         pauses = [policy.backoff_s(retry) for _ in range(200)]
-        assert 0 <= min(pauses) and max(pauses) <= min(store_retry.MAX_BACKOFF_S, 0.1 * 2 ** retry)
+        assert min(pauses) >= 0 and max(pauses) <= min(store_retry.MAX_BACKOFF_S, 0.1 * 2 ** retry)
         assert max(pauses) > 0.5 * min(store_retry.MAX_BACKOFF_S, 0.1 * 2 ** retry)
 
 
