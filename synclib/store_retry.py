@@ -82,6 +82,8 @@ def delta_storage_options(environ: Mapping[str, str] | None = None) -> dict[str,
 def transient_kind(error: BaseException) -> str | None:
     """The kind of a transient failure (`slow-down`, `503`, `5xx`, `timeout`, `connection`), None
     for an answer that another attempt would not change (404, 403, 412, ...)."""
+    if isinstance(error, ObjectStoreUnavailable):  # retried to its deadline already
+        return None
     text = str(error).split("Debug source:", 1)[0]  # obstore's debug dump names its retry_timeout setting
     if isinstance(error, (ConnectionError, TimeoutError)):
         return "timeout" if isinstance(error, TimeoutError) else "connection"
