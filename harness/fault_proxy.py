@@ -229,13 +229,17 @@ class FaultProxy:
                     continue
                 if fault == DELAY:
                     time.sleep(self.delay_s)  # the fault itself: a slow server, not a wait for a condition
-                if server is None:
-                    server_sock = socket.create_connection((LOOPBACK, self.target_port), timeout=IDLE_S)
-                    with self._lock:
-                        self._sockets.add(server_sock)
-                    server = _Connection(server_sock)
-                server.sock.sendall(head + body)
-                answer, closing = self._answer(server, method)
+                try:  # the server closes an idle connection (Jetty: after 30 s): then once more on a new one
+                    if server is None:
+                        raise ConnectionError("no server connection yet")
+                    server.sock.sendall(head + body)
+                    answer, closing = self._answer(server, method)
+                except (OSError, ConnectionError):
+                    if server is not None:
+                        server.sock.close()
+                    server = self._connect()
+                    server.sock.sendall(head + body)
+                    answer, closing = self._answer(server, method)
                 if closing:  # the server closes its side after this answer: the next request opens another
                     server.sock.close()
                     server = None
@@ -252,6 +256,12 @@ class FaultProxy:
                         sock.close()
                     with self._lock:
                         self._sockets.discard(sock)
+
+    def _connect(self) -> _Connection:
+        sock = socket.create_connection((LOOPBACK, self.target_port), timeout=IDLE_S)
+        with self._lock:
+            self._sockets.add(sock)
+        return _Connection(sock)
 
     @staticmethod
     def _answer(server: _Connection, method: str) -> tuple[bytes, bool]:

@@ -47,6 +47,7 @@ _KINDS = (
     ("connection", re.compile(r"error sending request|kind: (Interrupted|Connect|Request)|[Cc]onnection "
                               r"(reset|refused|closed|aborted)|[Bb]roken pipe|Unable to execute HTTP request")),
 )
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 UNAVAILABLE = "object store unavailable"  # how `ObjectStoreUnavailable`'s line starts, wherever it is wrapped
 
 
@@ -119,7 +120,7 @@ def counts() -> tuple[dict[str, int], dict[str, int]]:
 
 def _short(error: BaseException) -> str:
     """The error's first words on one line: the status or the transport's complaint, no debug dump."""
-    text = " ".join(str(error).split())
+    text = " ".join(_COLOURS.sub("", str(error)).split())  # deltalake's errors come with terminal colours
     text = text.split(" Debug source:", 1)[0].split("<?xml", 1)[0]
     return text[:300]
 

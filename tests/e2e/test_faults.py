@@ -104,7 +104,7 @@ def test_s3_faults_are_ridden_out_and_a_lost_checkpoint_resumes_from_the_offsets
     bucket = s3_server.bucket()
     stored = s3_server.directory / "data" / bucket
     sections = {"sink": {"path": f"s3://{bucket}/table"}, "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
-                "source": {**world.config(tmp_path)["source"], "max_offsets_per_trigger": 100}}  # a few batches
+                "source": {**world.config(tmp_path)["source"], "max_offsets_per_trigger": 4000}}  # a few batches
     wait_until(lambda: sum(world.committed().values()) >= 200, 60, "the leader to commit some events")
     with FaultProxy(s3_server.port) as proxy:
         for fault, method, key in ((RESET_AFTER, "PUT", "/checkpoint/(offsets|commits)/"),
