@@ -9,19 +9,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake import Schema
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import DeltaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
+from synclib.delta import column_mapping, features
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
+from synclib.errors import first_line
 from synclib.locations import hadoop_location, normalize_location
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 
@@ -112,9 +115,9 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     chosen = resolve_engine(spark, stream.engine)
     table_path = stream.table_path
     others = {normalize_location(path): schema for path, schema in (sink.other_tables if sink else {}).items()}
-    check_table_layout(table_path, df.drop(*stream_only).schema, partition_by)
+    table = check_table(table_path, df.drop(*stream_only).schema, partition_by, chosen)
     for path, schema in others.items():
-        check_table_layout(path, schema, ())
+        check_table(path, schema, (), chosen)
     direct_path = direct is not None and sink is None and chosen == DELTA_RS
     logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.path, chosen,
                 ", read tasks writing the files" if direct_path else "", partition_by or "nothing",
@@ -136,27 +139,46 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     if stream.run_id:
         options["runId"] = stream.run_id
     if direct is not None:
-        files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
+        schema = column_mapping.annotate(arrow_schema(df.schema), table)  # the table's column names in its files
+        files = direct(TableFiles(table_path, schema, tuple(partition_by)).options())
         return stream.writer(files).foreachBatch(DirectBatchCommit(DeltaStreamWriter(df.schema, options))).start()
     spark.dataSource.register(DeltaSink)
     return stream.writer(df).format(FORMAT).options(**options).start()
 
 
 def _columns(schema: Schema) -> list[str]:
-    return [f"{f['name']} {json.dumps(f['type'])}" for f in json.loads(schema.to_json())["fields"]]
+    """Each column's name and type (nested fields' metadata, e.g. a column mapping's, left out)."""
+    return [f"{f['name']} {json.dumps(_without_metadata(f['type']))}" for f in json.loads(schema.to_json())["fields"]]
 
 
-def check_table_layout(path: str, schema: StructType, partition_by: Sequence[str]) -> None:
-    """Fail unless an existing table at `path` has the stream's columns and partitioning
-    (delta-rs would otherwise accept the files and silently hide or null columns)."""
-    table = open_table(path)
+def _without_metadata(data_type: Any) -> Any:
+    if isinstance(data_type, dict):
+        return {k: _without_metadata(v) for k, v in data_type.items() if k != "metadata"}
+    if isinstance(data_type, list):
+        return [_without_metadata(v) for v in data_type]
+    return data_type
+
+
+def check_table(path: str, schema: StructType, partition_by: Sequence[str], engine: str) -> DeltaTable | None:
+    """The table at `path` (None: none yet), checked before a batch: `engine` honours its table
+    features (`synclib.delta.features`, `UnwritableTable`) and it has the stream's columns and
+    partitioning (delta-rs would otherwise accept the files and hide or null columns)."""
+    try:
+        table = open_table(path)
+    except DeltaError as exc:  # a reader feature deltalake does not implement
+        if engine == DELTA_SPARK:
+            return None  # Delta's writer checks the table itself
+        raise features.UnwritableTable(f"table {path} cannot be read by deltalake ({first_line(exc)}): nothing was "
+                                       f"written; sink.engine delta-spark may write it") from exc
     if table is None:
-        return
+        return None
+    features.check_writable(path, table, engine)
     ours, theirs = _columns(Schema.from_arrow(arrow_schema(schema))), _columns(table.schema())
     if ours != theirs:
-        raise ValueError(f"the stream's columns differ from table {path}'s: only in the stream "
-                         f"{[c for c in ours if c not in theirs]}, only in the table "
-                         f"{[c for c in theirs if c not in ours]} (or in another order)")
+        raise features.UnwritableTable(f"the stream's columns differ from table {path}'s: only in the stream "
+                                       f"{[c for c in ours if c not in theirs]}, only in the table "
+                                       f"{[c for c in theirs if c not in ours]} (or in another order)")
     if list(table.metadata().partition_columns) != list(partition_by):
-        raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
-                         f"the stream by {list(partition_by)}")
+        raise features.UnwritableTable(f"table {path} is partitioned by {table.metadata().partition_columns}, "
+                                       f"the stream by {list(partition_by)}")
+    return table
