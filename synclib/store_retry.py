@@ -91,7 +91,8 @@ def transient_kind(error: BaseException) -> str | None:
     return next((name for name, pattern in _KINDS if pattern.search(text)), None)
 
 
-_OTHER_CLIENTS = re.compile(r"Generic S3 error|s3a://|S3AFileSystem|AWSS3IOException|AWSServiceThrottledException")
+_OTHER_CLIENTS = re.compile(r"Generic S3 error|s3a://|S3AFileSystem|AWSS3IOException|AWSServiceThrottledException|"
+                            r"software\.amazon\.awssdk")
 
 
 def storage_failure(failure: str) -> str | None:
@@ -122,7 +123,7 @@ def _short(error: BaseException) -> str:
     """The error's first words on one line: the status or the transport's complaint, no debug dump."""
     text = " ".join(_COLOURS.sub("", str(error)).split())  # deltalake's errors come with terminal colours
     text = text.split(" Debug source:", 1)[0].split("<?xml", 1)[0]
-    return text[:300]
+    return text[:300].rstrip(": ")
 
 
 def send(store: str, request: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:

@@ -66,6 +66,10 @@ def test_only_transient_failures_are_retried() -> None:
     # another client's error, only when it is the object store's and transient
     assert storage_failure("Generic S3 error: Error performing PUT http://h/b/k in 61s, after 9 retries - "
                            "HTTP error: error sending request") is not None
+    s3a = ("[STREAM_FAILED] Query [id = q] terminated with exception: Writing Object on checkpoint/offsets/3: "
+           "software.amazon.awssdk.services.s3.model.S3Exception: Please reduce your request rate. (Service: S3, "
+           "Status Code: 503, Request ID: r):SlowDown")
+    assert (storage_failure(s3a) or "").startswith("object store unavailable: slow-down: [STREAM_FAILED]")
     assert storage_failure("Kafka: timed out waiting for the commit log") is None
 
 
