@@ -16,9 +16,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
+from synclib.delta import spark_direct
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
+from synclib.delta.spark_direct import DeltaSparkDirectCommit
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
@@ -102,7 +104,8 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
 
     `direct`, for a `df` straight from its source: loads the same stream as the direct write
     path's add actions, given the reader options of `synclib.delta.direct.TableFiles`; used
-    when the engine is delta-rs and there is no `sink`.
+    when there is no `sink` and the engine is delta-rs, or delta-spark where its direct commit
+    can run (`synclib.delta.spark_direct.commits_for`).
     """
     stream_only = sink.stream_only if sink is not None else ()
     partition_by = stream.partition_columns([c for c in df.columns if c not in stream_only])
@@ -115,7 +118,9 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     check_table_layout(table_path, df.drop(*stream_only).schema, partition_by)
     for path, schema in others.items():
         check_table_layout(path, schema, ())
-    direct_path = direct is not None and sink is None and chosen == DELTA_RS
+    commits = (spark_direct.commits_for(spark, table_path)
+               if direct is not None and sink is None and chosen == DELTA_SPARK else None)
+    direct_path = direct is not None and sink is None and (chosen == DELTA_RS or commits is not None)
     logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.path, chosen,
                 ", read tasks writing the files" if direct_path else "", partition_by or "nothing",
                 "".join(f", and {path}" for path in others), stream.checkpoint)
@@ -128,6 +133,11 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
         main = DeltaTarget(chosen, table_path, stream.checkpoint, tuple(partition_by), stream.log_checkpoints,
                            stream.run_id)
         return stream.writer(df).foreachBatch(sink.function(main)).start()
+    if direct is not None and commits is not None:
+        files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
+        commit = DeltaSparkDirectCommit(commits, table_path, stream.checkpoint, partition_by, df.schema.json(),
+                                        stream.run_id)
+        return stream.writer(files).foreachBatch(commit).start()
     if chosen == DELTA_SPARK:
         batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id)
         return stream.writer(df).foreachBatch(batch_writer).start()

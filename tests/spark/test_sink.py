@@ -3,8 +3,8 @@
 The stream comes from `EventsSource`, a deterministic in-memory Kafka-shaped source whose
 available offsets are set by a small JSON plan file, so each run is one bounded batch. The
 sink's contract is tested on both writers (`engine`: delta-rs and delta-spark, the session has
-Delta's jars) and on delta-rs's direct write path (`DIRECT`: the source's read tasks write the
-files, `DirectEventsSource`), and every table is read back by delta-rs and by Spark's Delta reader.
+Delta's jars) and on both direct write paths (`DIRECT`, `SPARK_DIRECT`: the source's read tasks
+write the files, `DirectEventsSource`), and every table is read back by delta-rs and by Spark's Delta reader.
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ class DirectEventsSource(EventsSource):
 
 
 DIRECT = "delta-rs-direct"  # delta-rs, read tasks writing the files
+SPARK_DIRECT = "delta-spark-direct"  # delta-spark, read tasks writing the files (synclib.delta.spark_direct)
+DIRECT_ENGINES = {DIRECT: DELTA_RS, SPARK_DIRECT: DELTA_SPARK}
 
 
 class Stream:
@@ -177,9 +179,9 @@ class Stream:
         if starting is not None:
             options["startingOffsets"] = json.dumps(starting)
         reader = self.spark.readStream.format("synclib_test_events").options(**options)
-        engine = sink.pop("engine", DELTA_RS if self.engine == DIRECT else self.engine)
+        engine = sink.pop("engine", DIRECT_ENGINES.get(self.engine, self.engine))
         direct = None
-        if self.engine == DIRECT:
+        if self.engine in DIRECT_ENGINES:
             direct = lambda table: self.spark.readStream.format("synclib_test_events_direct").options(  # noqa: E731
                 **options, **table).load()
         partition_by = tuple(sink.pop("partition_by", ()))
@@ -212,7 +214,7 @@ class Stream:
         return actions
 
 
-ENGINES = (DELTA_RS, DELTA_SPARK, DIRECT)
+ENGINES = (DELTA_RS, DELTA_SPARK, DIRECT, SPARK_DIRECT)
 LOCAL, S3 = "local", "s3"
 
 
@@ -285,6 +287,10 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     log = stream.commit_log(1)
     assert transactions(log) == [(app_id, 1)]
     info = commit_info(log)
+    if stream.engine == SPARK_DIRECT:  # Delta's own transaction, as Delta's streaming sink commits
+        (entry,) = log["commitInfo"]
+        assert (entry["operation"], entry["operationParameters"]["epochId"]) == ("STREAMING UPDATE", "1")
+        assert entry["engineInfo"].startswith("Apache-Spark/") and entry["isBlindAppend"] is True
     assert json.loads(info["synclib.offsets"]) == {TOPIC: {"0": 5, "1": 4}}
     assert (info["synclib.batchId"], info["synclib.appId"]) == (1, app_id)
     assert info["synclib.version"]
