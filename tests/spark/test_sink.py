@@ -23,6 +23,7 @@ from chispa import assert_df_equality
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -155,6 +156,7 @@ class Stream:
 
     def __init__(self, spark: SparkSession, root: Path, engine: str = DELTA_RS, s3: S3Server | None = None) -> None:
         self.spark = spark
+        self.query: StreamingQuery | None = None  # the last run's
         self.engine = engine
         self.plan = root / "plan.json"
         self.table = self.table_dir = str(root / "table")
@@ -187,7 +189,7 @@ class Stream:
         partition_by = tuple(sink.pop("partition_by", ()))
         target = DeltaStream(self.table, checkpoint_location or self.checkpoint, engine, partition_by,
                              trigger={"availableNow": True}, **sink)
-        query = start_delta_stream(reader.load(), target, direct=direct)
+        query = self.query = start_delta_stream(reader.load(), target, direct=direct)
         try:
             assert query.awaitTermination(TIMEOUT), "the stream did not finish in time"
             assert query.exception() is None, query.exception()
