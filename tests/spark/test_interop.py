@@ -144,9 +144,9 @@ def test_the_forwarder_switches_engines_on_an_existing_table_exactly_once(
     stream.offer({0: 3, 1: 2})
     stream.run(engine=other)
     lose_spark_commit(stream.checkpoint, 1)  # a crash after the other engine's Delta commit
-    stream.run(engine=first)  # the replay of batch 1 is skipped
+    stream.run()  # `first` again: the replay of batch 1 is skipped
     stream.offer({0: 5, 1: 2})
-    stream.run(engine=first)
+    stream.run()
 
     app_id = spark_checkpoint.APP_ID_PREFIX + str(spark_checkpoint.query_id(stream.checkpoint))
     table = DeltaTable(stream.table)
