@@ -31,7 +31,7 @@ from synclib.compat.pyspark import failed_batch_offsets
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.dead_letters.transformed import Transform
-from synclib.delta import maintenance, spark_maintenance
+from synclib.delta import features, maintenance, spark_maintenance
 from synclib.delta.engine import resolve_engine
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import table_summary
@@ -182,8 +182,12 @@ class Forwarder:
             if taken_over is not None:  # the planner or the sink stopped it: that is the one line to say
                 print(f"forwarder: {taken_over}", file=sys.stderr, flush=True)
                 return ExitCode.SUPERSEDED
-            print(f"forwarder: the query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}",
-                  file=sys.stderr, flush=True)
+            message = exc.getMessage() if hasattr(exc, "getMessage") else str(exc)
+            unwritable = features.unwritable_in(message)
+            if unwritable is not None:  # the table changed under the job: nothing of the batch committed
+                print(f"forwarder: {unwritable}", file=sys.stderr, flush=True)
+                return ExitCode.CONFIG
+            print(f"forwarder: the query failed: {message}", file=sys.stderr, flush=True)
             failed = failed_batch(exc)
             if failed:
                 print(f"forwarder: the failed micro-batch covers {failed}", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ from deltalake.transaction import AddAction
 from pyarrow import fs
 
 from synclib import locations
+from synclib.delta import column_mapping
 
 _STRING_STATS_PREFIX = 32
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -185,20 +186,26 @@ def split_partitions(table: pa.Table, partition_by: Sequence[str]
 def write_files(batches: Iterable[pa.RecordBatch], table_path: str, schema: pa.Schema,
                 partition_by: Sequence[str]) -> list[AddAction]:
     """Write `batches` (cast to the table's `schema`) as Parquet files under the table at
-    `table_path`, one per partition value; their add actions. On failure nothing is left."""
+    `table_path`, one per partition value; their add actions. On failure nothing is left.
+    A `schema` annotated with a column mapping (`synclib.delta.column_mapping.annotate`) is
+    written with the table's physical names and field ids, its statistics and partition values
+    keyed by them."""
     filesystem, root = locations.filesystem(table_path)
-    file_schema = pa.schema([f for f in schema if f.name not in partition_by])
+    logical = column_mapping.logical_schema(schema)
+    file_schema = column_mapping.physical_schema(pa.schema([f for f in schema if f.name not in partition_by]))
+    names = column_mapping.physical_names(schema)
+    physical_keys = [names[name] for name in partition_by]
     parts: dict[tuple[str | None, ...], ParquetPart] = {}
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            table = pa.Table.from_batches([batch]).cast(schema)
+            table = pa.Table.from_batches([batch]).cast(logical)
             for values, rows in split_partitions(table, partition_by):
                 if values not in parts:
                     parts[values] = ParquetPart(filesystem, root, file_schema,
-                                                dict(zip(partition_by, values, strict=True)))
-                parts[values].write(rows)
+                                                dict(zip(physical_keys, values, strict=True)))
+                parts[values].write(column_mapping.view_as(rows, file_schema))
     except BaseException:
         for part in parts.values():
             part.discard()

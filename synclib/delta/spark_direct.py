@@ -13,7 +13,8 @@ retried, and a retry asks Delta's `txnVersion` first, so a lost commit stays exa
 
 Chosen at start (`commits_for`) unless the direct path cannot run: on Databricks and Spark Connect
 (their Delta is not OSS Delta's JVM), with a delta-spark other than the tested one, or on a table
-whose features it does not honour; the row path then writes, said in one log line.
+whose features it does not honour (`synclib.delta.features.SPARK_DIRECT`); the row path then
+writes, said in one log line.
 """
 
 from __future__ import annotations
@@ -30,47 +31,17 @@ from pyspark.sql import DataFrame, SparkSession
 from synclib import spark_checkpoint
 from synclib.compat import delta_spark
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import direct, log_append, parquet
+from synclib.delta import direct, features, log_append, parquet
 from synclib.delta.commits import check_replay, commit_metadata
 from synclib.delta.spark_writer import retrying_conflicts
-from synclib.delta.table import current_table, holds_batch, open_table
+from synclib.delta.table import current_table, holds_batch
 
 logger = logging.getLogger(__name__)
 
-# The table features this path honours (the one place they are declared until
-# synclib.delta.features takes them): what synclib's Parquet files honour with nothing in use
-# that an append must compute or enforce, and what Delta's own commit does for any writer (row
-# ids, domain metadata, in-commit timestamps, checkpoint formats). Column mapping is not among
-# them: the files would need the table's physical column names.
-HONOURED_FEATURES = frozenset({
-    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "identityColumns",
-    "deletionVectors", "timestampNtz", "vacuumProtocolCheck", "rowTracking", "domainMetadata", "clustering",
-    "inCommitTimestamp", "v2Checkpoint", "checkpointProtection",
-})
-# Features a legacy writer protocol version implies (Delta's PROTOCOL.md, "Table Features").
-_LEGACY = {2: ("appendOnly", "invariants"), 3: ("checkConstraints",), 4: ("changeDataFeed", "generatedColumns"),
-           5: ("columnMapping",), 6: ("identityColumns",)}
-_IN_USE_FIELD_KEYS = ("delta.invariants", "delta.generationExpression", "delta.identity.")
-
-
-def refused_features(table: DeltaTable) -> list[str]:
-    """What of the table's protocol and use the direct path does not write, sorted; empty when it may."""
-    protocol = table.protocol()
-    writer = protocol.min_writer_version
-    required = set(protocol.writer_features or ()) if writer >= 7 else {
-        f for level, names in _LEGACY.items() if writer >= level for f in names}
-    refused = {f for f in required if f not in HONOURED_FEATURES}
-    if any(key.startswith("delta.constraints.") for key in table.metadata().configuration):
-        refused.add("checkConstraints (in use)")
-    schema = table.schema().to_json()
-    refused |= {f"{key.rstrip('.')} (in use)" for key in _IN_USE_FIELD_KEYS if f'"{key}' in schema}
-    return sorted(refused)
-
-
-def commits_for(spark: SparkSession, path: str) -> delta_spark.DeltaLogCommits | None:
-    """Delta's commits of the table at `path` for the direct path on delta-spark; None when it
-    cannot run here, said in one log line (the row path writes)."""
-    reason = _why_not(spark, path)
+def commits_for(spark: SparkSession, path: str, table: DeltaTable | None) -> delta_spark.DeltaLogCommits | None:
+    """Delta's commits of the table at `path` (`table`: it opened; None: none yet) for the direct
+    path on delta-spark; None when it cannot run here, said in one log line (the row path writes)."""
+    reason = _why_not(spark, path, table)
     if reason is not None:
         logger.info("delta-spark without read tasks writing the files (%s): Spark's Delta writer writes %s",
                     reason, path)
@@ -79,7 +50,7 @@ def commits_for(spark: SparkSession, path: str) -> delta_spark.DeltaLogCommits |
     return delta_spark.DeltaLogCommits(spark, jvm, path)  # the path Spark's Delta writer gets on the row path
 
 
-def _why_not(spark: SparkSession, path: str) -> str | None:
+def _why_not(spark: SparkSession, path: str, table: DeltaTable | None) -> str | None:
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return "a Databricks runtime, whose Delta classes are not OSS Delta's"
     jvm = spark_compat.jvm(spark, "delta-spark's direct write path (Spark's Delta writer writes instead)")
@@ -88,8 +59,7 @@ def _why_not(spark: SparkSession, path: str) -> str | None:
     problem = delta_spark.version_problem(jvm)
     if problem is not None:
         return problem
-    table = open_table(path)
-    refused = refused_features(table) if table is not None else []
+    refused = features.TableFeatures.of(path, table).refused_by(features.SPARK_DIRECT) if table is not None else []
     return f"table features {', '.join(refused)}" if refused else None
 
 

@@ -9,14 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake import Schema
+from deltalake import DeltaTable, Schema
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
-from synclib.delta import spark_direct
+from synclib.delta import column_mapping, features, spark_direct
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
@@ -115,10 +115,10 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     chosen = resolve_engine(spark, stream.engine)
     table_path = stream.table_path
     others = {normalize_location(path): schema for path, schema in (sink.other_tables if sink else {}).items()}
-    check_table_layout(table_path, df.drop(*stream_only).schema, partition_by)
+    table = check_table(table_path, df.drop(*stream_only).schema, partition_by, chosen)
     for path, schema in others.items():
-        check_table_layout(path, schema, ())
-    commits = (spark_direct.commits_for(spark, table_path)
+        check_table(path, schema, (), chosen)
+    commits = (spark_direct.commits_for(spark, table_path, table)
                if direct is not None and sink is None and chosen == DELTA_SPARK else None)
     direct_path = direct is not None and sink is None and (chosen == DELTA_RS or commits is not None)
     logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.path, chosen,
@@ -133,40 +133,54 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
         main = DeltaTarget(chosen, table_path, stream.checkpoint, tuple(partition_by), stream.log_checkpoints,
                            stream.run_id)
         return stream.writer(df).foreachBatch(sink.function(main)).start()
-    if direct is not None and commits is not None:
-        files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
-        commit = DeltaSparkDirectCommit(commits, table_path, stream.checkpoint, partition_by, df.schema.json(),
-                                        stream.run_id)
-        return stream.writer(files).foreachBatch(commit).start()
+    files = None
+    if direct is not None and direct_path:
+        schema = column_mapping.annotate(arrow_schema(df.schema), table)  # the table's column names in its files
+        files = direct(TableFiles(table_path, schema, tuple(partition_by)).options())
     if chosen == DELTA_SPARK:
+        if files is not None and commits is not None:
+            commit = DeltaSparkDirectCommit(commits, table_path, stream.checkpoint, partition_by, df.schema.json(),
+                                            stream.run_id)
+            return stream.writer(files).foreachBatch(commit).start()
         batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id)
         return stream.writer(df).foreachBatch(batch_writer).start()
     options = {"path": table_path, "checkpointLocation": stream.checkpoint,
                "partitionBy": json.dumps(partition_by), "logCheckpoints": str(stream.log_checkpoints).lower()}
     if stream.run_id:
         options["runId"] = stream.run_id
-    if direct is not None:
-        files = direct(TableFiles(table_path, arrow_schema(df.schema), tuple(partition_by)).options())
+    if files is not None:
         return stream.writer(files).foreachBatch(DirectBatchCommit(DeltaStreamWriter(df.schema, options))).start()
     spark.dataSource.register(DeltaSink)
     return stream.writer(df).format(FORMAT).options(**options).start()
 
 
 def _columns(schema: Schema) -> list[str]:
-    return [f"{f['name']} {json.dumps(f['type'])}" for f in json.loads(schema.to_json())["fields"]]
+    """Each column's name and type (nested fields' metadata, e.g. a column mapping's, left out)."""
+    return [f"{f['name']} {json.dumps(_without_metadata(f['type']))}" for f in json.loads(schema.to_json())["fields"]]
 
 
-def check_table_layout(path: str, schema: StructType, partition_by: Sequence[str]) -> None:
-    """Fail unless an existing table at `path` has the stream's columns and partitioning
-    (delta-rs would otherwise accept the files and silently hide or null columns)."""
+def _without_metadata(data_type: Any) -> Any:
+    if isinstance(data_type, dict):
+        return {k: _without_metadata(v) for k, v in data_type.items() if k != "metadata"}
+    if isinstance(data_type, list):
+        return [_without_metadata(v) for v in data_type]
+    return data_type
+
+
+def check_table(path: str, schema: StructType, partition_by: Sequence[str], engine: str) -> DeltaTable | None:
+    """The table at `path` (None: none yet), checked before a batch: `engine` honours its table
+    features (`synclib.delta.features`, `UnwritableTable`) and it has the stream's columns and
+    partitioning (delta-rs would otherwise accept the files and hide or null columns)."""
     table = open_table(path)
     if table is None:
-        return
+        return None
+    features.check_writable(path, table, engine)
     ours, theirs = _columns(Schema.from_arrow(arrow_schema(schema))), _columns(table.schema())
     if ours != theirs:
-        raise ValueError(f"the stream's columns differ from table {path}'s: only in the stream "
-                         f"{[c for c in ours if c not in theirs]}, only in the table "
-                         f"{[c for c in theirs if c not in ours]} (or in another order)")
+        raise features.UnwritableTable(f"the stream's columns differ from table {path}'s: only in the stream "
+                                       f"{[c for c in ours if c not in theirs]}, only in the table "
+                                       f"{[c for c in theirs if c not in ours]} (or in another order)")
     if list(table.metadata().partition_columns) != list(partition_by):
-        raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
-                         f"the stream by {list(partition_by)}")
+        raise features.UnwritableTable(f"table {path} is partitioned by {table.metadata().partition_columns}, "
+                                       f"the stream by {list(partition_by)}")
+    return table

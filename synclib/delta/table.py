@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyarrow import fs
 
+from synclib.delta import column_mapping
 from synclib.locations import filesystem, normalize_location
 from synclib.offsets import PartitionOffsets, parse_offsets_json
 
@@ -53,7 +54,20 @@ def read_arrow(path: str, columns: list[str] | None = None) -> pa.Table | None:
     if table is None:
         return None
     files, root = filesystem(path)
-    return table.to_pyarrow_table(columns=columns, filesystem=fs.SubTreeFileSystem(root, files))
+    dataset = table.to_pyarrow_dataset(filesystem=fs.SubTreeFileSystem(root, files))
+    if not column_mapping.is_mapped(dataset.schema):
+        return dataset.to_table(columns=columns)
+    # deltalake's dataset reads a column-mapped table's files by the logical names (all null):
+    # read them by the physical names, then name the columns as the table does.
+    # Partition columns are not in the files: deltalake's fragments name them logically.
+    partitions = set(table.metadata().partition_columns)
+    logical = column_mapping.logical_schema(dataset.schema)
+    physical = pa.schema([logical_field if logical_field.name in partitions else physical_field for logical_field,
+                          physical_field in zip(logical, column_mapping.physical_schema(dataset.schema), strict=True)])
+    wanted = [logical.field(name) for name in columns] if columns is not None else list(logical)
+    data = dataset.replace_schema(physical).to_table(
+        columns=[physical.field(logical.get_field_index(f.name)).name for f in wanted])
+    return column_mapping.view_as(data, pa.schema(wanted))
 
 
 def current_table(path: str) -> DeltaTable | None:

@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from synclib import spark_checkpoint
 from synclib.compat import pyspark as spark_compat
-from synclib.delta import commit_lock, direct, log_append, parquet
+from synclib.delta import column_mapping, commit_lock, direct, features, log_append, parquet
 from synclib.delta.commits import check_replay, commit_metadata, same_offsets
 from synclib.delta.table import META_OFFSETS, current_table, holds_batch, latest_metadata
 from synclib.settings.values import parse_bool
@@ -73,7 +73,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self._partition_by: list[str] = json.loads(options.get("partitionBy") or "[]")
         self._log_checkpoints = parse_bool(options.get("logCheckpoints", "true"))
         self._run_id = options.get("runId")
-        self._schema = arrow_schema(schema)
+        # The files' layout, decided once where the query starts (the table's column mapping).
+        self._schema = column_mapping.annotate(arrow_schema(schema), current_table(self._path))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedFiles:
         return AddedFiles(parquet.write_files(iterator, self._path, self._schema, self._partition_by))
@@ -96,6 +97,10 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 parquet.delete_files(self._path, files)
                 check_replay(table, self._path, app_id, batchId, offsets)
                 return
+            refused = features.refusal_of_files(self._path, table, self._schema)
+            if refused is not None:  # the table changed under the job: nothing committed, nothing left
+                parquet.delete_files(self._path, files)
+                raise refused
             if not files and same_offsets(offsets, latest_metadata(table)):
                 return
             log_append.learn(self._path, table, app_id, generation)
@@ -108,16 +113,15 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         properties = CommitProperties(
             custom_metadata=commit_metadata(app_id, batchId, offsets),
             app_transactions=[Transaction(app_id, batchId)])
-        schema = Schema.from_arrow(self._schema)
         hooks = PostCommitHookProperties(create_checkpoint=self._log_checkpoints,
                                          cleanup_expired_logs=None if self._log_checkpoints else False)
         if table is None:
-            create_table_with_add_actions(self._path, schema, files, mode="error",
-                                          partition_by=self._partition_by,
+            schema = Schema.from_arrow(column_mapping.logical_schema(self._schema))
+            create_table_with_add_actions(self._path, schema, files, mode="error", partition_by=self._partition_by,
                                           commit_properties=properties, post_commithook_properties=hooks)
         else:
             actions: list[AddAction | RemoveAction] = [*files]
-            table.create_write_transaction(actions, mode="append", schema=schema,
+            table.create_write_transaction(actions, mode="append", schema=table.schema(),
                                            partition_by=self._partition_by,
                                            commit_properties=properties, post_commithook_properties=hooks)
         logger.debug("batch %d of %s: %d files committed to %s", batchId, app_id, len(files),

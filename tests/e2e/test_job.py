@@ -366,6 +366,25 @@ def test_the_exit_code_of_an_invalid_config_passes_through_spark_submit(tmp_path
     assert "SparkContext" not in result.stdout
 
 
+def test_a_table_the_engine_does_not_honour_stops_the_job_in_one_line_before_a_batch(
+        spark: SparkSession, tmp_path: Path, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """A table Spark created with row tracking, on delta-rs: exit 2 and one line naming the table,
+    its features and delta-spark; nothing written (tests/spark/test_features.py: every engine)."""
+    job = Job(tmp_path, bootstrap_servers, new_topic)
+    spark.sql(f"CREATE TABLE delta.`{job.table}` (key BINARY, value BINARY, topic STRING, `partition` INT, "
+              "`offset` BIGINT, `timestamp` TIMESTAMP, timestampType INT) USING delta "
+              "TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+
+    result = run(forwarder_command(job.config, "--available-now", "--set", "sink.engine=delta-rs"))
+
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"forwarder: invalid configuration: table {job.table} needs table features that delta-rs does not write "
+        "(domainMetadata, rowTracking): nothing was written; sink.engine delta-spark writes it (Delta's jars on the "
+        "classpath: ./spark-submit.sh has them)")
+    assert job.version() == 0 and not list(Path(job.table).rglob("*.parquet"))
+
+
 SESSION_PROBE = """\
 from pyspark.sql import SparkSession
 from synclib.app.session import SESSION_DEFAULTS, with_session_defaults

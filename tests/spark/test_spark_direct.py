@@ -66,7 +66,7 @@ def test_the_row_path_writes_where_the_direct_path_cannot(
         monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
         assert spark_direct.commits_for(spark, str(tmp_path / "none")) is None
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
-        "delta-spark without read tasks writing the files (table features checkConstraints (in use))",
+        "delta-spark without read tasks writing the files (table features checkConstraints)",
         "delta-spark without read tasks writing the files (delta-spark 4.4.0 is not the version synclib's direct "
         "commit is tested with (4.3.x))",
         "delta-spark without read tasks writing the files (a Databricks runtime, whose Delta classes are not "

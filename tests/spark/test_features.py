@@ -1,0 +1,204 @@
+"""Table features: every engine writes what it honours right, and refuses the rest in one line.
+
+Each table is created empty by Spark's Delta writer (the suite's session, Delta 4.4), as Spark and
+Databricks users create theirs, then written by each engine (`synclib.delta.features`): a
+column-mapped table (modes `name` and `id`: the files carry the physical names and field ids) is
+read back with the right values by Spark's Delta reader, delta-rs and DuckDB, a replayed batch
+skipped; a table with a
+feature the engine does not honour is refused before a batch with nothing committed and no file
+left; a feature enabled while a query runs is honoured or refuses the next batch, which a restart
+on an engine that honours it writes exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from synclib.delta import column_mapping, features
+from synclib.delta.features import HONOURED, TableFeatures, UnwritableTable
+from synclib.delta.stream import DeltaStream, start_delta_stream
+from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
+from tests.spark.test_sink import (
+    DIRECT,
+    ENGINES,
+    KAFKA_SCHEMA,
+    Stream,
+    assert_rows,
+    event,
+    lose_spark_commit,
+    parquet_files,
+)
+from tests.support import wait_until
+
+COLUMNS = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in KAFKA_SCHEMA.fields)
+ROW_TRACKING = "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+
+
+def create(stream: Stream, clause: str) -> None:
+    """The stream's table, created empty by Spark's Delta writer with `clause`."""
+    stream.spark.sql(f"CREATE TABLE delta.`{stream.table}` ({COLUMNS}) USING delta {clause}")
+
+
+def duckdb_values(table: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every row DuckDB reads from the table's live files, each
+    column found by the physical name the table's schema gives it (as DuckDB's Delta extension,
+    which cannot be downloaded here, resolves a column-mapped table)."""
+    delta = DeltaTable(table)
+    names = {f["name"]: (f.get("metadata") or {}).get(column_mapping.PHYSICAL_NAME, f["name"])
+             for f in json.loads(delta.schema().to_json())["fields"]}
+    rows = duckdb.connect().execute(
+        f'SELECT "{names["partition"]}", "{names["offset"]}", "{names["value"]}" FROM read_parquet(?) ORDER BY 1, 2',
+        [delta.file_uris()]).fetchall()
+    return [(int(p), int(o), bytes(v)) for p, o, v in rows]
+
+
+def values(offsets: dict[int, range]) -> list[tuple[int, int, bytes]]:
+    return sorted((p, o, event(p, o)[1]) for p, span in offsets.items() for o in span)
+
+
+@pytest.mark.parametrize("engine, mode", [*((engine, "name") for engine in ENGINES), (DIRECT, "id")])
+def test_a_column_mapped_table_is_written_with_its_physical_names(
+        spark: SparkSession, tmp_path: Path, engine: str, mode: str) -> None:
+    stream = Stream(spark, tmp_path, engine)
+    create(stream, f"TBLPROPERTIES ('delta.columnMapping.mode' = '{mode}')")
+    stream.offer({0: 3, 1: 2})
+    stream.run()
+    stream.offer({0: 5, 1: 4})
+    stream.run()
+    lose_spark_commit(stream.checkpoint, 1)  # a crash between the Delta commit and Spark's
+    stream.run()  # replays batch 1: skipped
+
+    assert DeltaTable(stream.table).version() == 2
+    assert_rows(stream, {0: range(5), 1: range(4)})  # delta-rs and Spark's Delta reader, every column
+    assert duckdb_values(stream.table) == values({0: range(5), 1: range(4)})
+    physical = {f["name"]: f["metadata"][column_mapping.PHYSICAL_NAME]
+                for f in json.loads(DeltaTable(stream.table).schema().to_json())["fields"]}
+    assert all(name.startswith("col-") for name in physical.values())
+    for line in (Path(stream.table) / "_delta_log" / f"{2:020d}.json").read_text().splitlines():
+        add = json.loads(line).get("add")
+        if add:  # statistics by physical name, as Delta's readers skip files by them
+            assert set(json.loads(add["stats"])["minValues"]) <= set(physical.values())
+
+
+def test_a_column_mapped_partitioned_table_keys_its_partition_values_by_physical_name(
+        spark: SparkSession, tmp_path: Path) -> None:
+    stream = Stream(spark, tmp_path, DIRECT)
+    create(stream, "PARTITIONED BY (`partition`) TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    stream.offer({0: 2, 1: 3})
+    stream.run(partition_by=("partition",))
+
+    assert_rows(stream, {0: range(2), 1: range(3)})
+    assert spark.read.format("delta").load(stream.table).where("`partition` = 1").count() == 3
+
+
+@pytest.mark.parametrize("engine, clause, refused", [
+    (DELTA_RS, ROW_TRACKING, "domainMetadata, rowTracking"),
+    (DIRECT, ROW_TRACKING, "domainMetadata, rowTracking"),
+    (DIRECT, "CLUSTER BY (`partition`)", "clustering, domainMetadata"),
+    (DIRECT, "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')", "inCommitTimestamp"),
+    (DIRECT, "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')", "typeWidening"),
+    (DIRECT, "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')", "v2Checkpoint"),
+])
+def test_delta_rs_refuses_a_table_it_does_not_honour_before_a_batch(
+        spark: SparkSession, tmp_path: Path, engine: str, clause: str, refused: str) -> None:
+    stream = Stream(spark, tmp_path, engine)
+    create(stream, clause)
+    stream.offer({0: 3})
+
+    with pytest.raises(UnwritableTable) as raised:
+        stream.run()
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"table {stream.table} needs table features that delta-rs does not write ({refused})" in message
+    assert "sink.engine delta-spark writes it" in message
+    assert DeltaTable(stream.table).version() == 0 and not parquet_files(stream.table)
+
+
+def test_delta_rs_refuses_a_table_whose_check_constraint_it_would_not_enforce(
+        spark: SparkSession, tmp_path: Path) -> None:
+    stream = Stream(spark, tmp_path, DIRECT)
+    create(stream, "")
+    spark.sql(f"ALTER TABLE delta.`{stream.table}` ADD CONSTRAINT known_partition CHECK (`partition` < 8)")
+    stream.offer({0: 1})
+
+    with pytest.raises(UnwritableTable, match=r"\(checkConstraints\)"):
+        stream.run()
+    assert not parquet_files(stream.table)
+
+
+def test_auto_picks_delta_spark_for_a_table_delta_rs_refuses_and_keeps_its_row_ids(
+        spark: SparkSession, tmp_path: Path) -> None:
+    stream = Stream(spark, tmp_path, DELTA_SPARK)
+    create(stream, ROW_TRACKING)
+    stream.offer({0: 3, 1: 1})
+    stream.run(engine=AUTO)
+
+    assert_rows(stream, {0: range(3), 1: range(1)})
+    row_ids = spark.read.format("delta").load(stream.table).select("_metadata.row_id").collect()
+    assert sorted(r.row_id for r in row_ids) == [0, 1, 2, 3]
+
+
+def test_the_features_each_engine_honours_are_delta_s(spark: SparkSession) -> None:
+    """delta-spark's list is Delta's own (a Delta upgrade adding features fails here, to be
+    listed); delta-rs honours a subset of it, delta-spark's direct path one between."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    supported = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap()
+    assert {f.lower() for f in HONOURED[DELTA_SPARK]} == set(supported.keySet().toSeq().mkString(",").split(","))
+    assert HONOURED[DELTA_RS] < HONOURED[features.SPARK_DIRECT] < HONOURED[DELTA_SPARK]
+
+
+def start(stream: Stream, engine: str):  # type: ignore[no-untyped-def]
+    """The stream's query, running on a processing-time trigger (not waited for)."""
+    reader = stream.spark.readStream.format("synclib_test_events").option("plan", str(stream.plan))
+    direct = None
+    if engine == DIRECT:
+        direct = lambda table: stream.spark.readStream.format("synclib_test_events_direct").options(  # noqa: E731
+            plan=str(stream.plan), **table).load()
+    target = DeltaStream(stream.table, stream.checkpoint, DELTA_RS if engine == DIRECT else engine,
+                         trigger={"processingTime": "100 milliseconds"})
+    return start_delta_stream(reader.load(), target, direct=direct)
+
+
+@pytest.mark.parametrize("engine", [DELTA_RS, DIRECT])
+def test_features_enabled_on_a_running_table_are_honoured_or_refuse_the_next_batch(
+        spark: SparkSession, tmp_path: Path, engine: str) -> None:
+    stream = Stream(spark, tmp_path, engine)
+    stream.offer({0: 2})
+    query = start(stream, engine)
+    try:
+        wait_until(lambda: DeltaTable.is_deltatable(stream.table), 120, "the first batch")
+        # Column mapping on a running table: the columns keep their names as physical names.
+        spark.sql(f"ALTER TABLE delta.`{stream.table}` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+        stream.offer({0: 4})
+        wait_until(lambda: sorted(r.offset for r in stream.spark_rows().collect()) == [0, 1, 2, 3], 120,
+                   "the batch after column mapping was enabled")
+        # Row tracking on a running table: delta-rs must not commit the next batch.
+        spark.sql(f"ALTER TABLE delta.`{stream.table}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+        version, files = DeltaTable(stream.table).version(), parquet_files(stream.table)
+        stream.offer({0: 6})
+        wait_until(lambda: not query.isActive, 120, "the query to refuse the batch")
+        error = query.exception()
+        assert error is not None and features.unwritable_in(str(error)) is not None, error
+        assert "(domainMetadata, rowTracking)" in (features.unwritable_in(str(error)) or "")
+    finally:
+        query.stop()
+    assert DeltaTable(stream.table).version() == version and parquet_files(stream.table) == files
+
+    stream.run(engine=DELTA_SPARK)  # the refused batch, on an engine that honours the table
+
+    assert_rows(stream, {0: range(6)})
+
+
+def test_table_features_of_legacy_protocols(spark: SparkSession, tmp_path: Path) -> None:
+    stream = Stream(spark, tmp_path, DELTA_RS)
+    create(stream, "TBLPROPERTIES ('delta.minReaderVersion' = '1', 'delta.minWriterVersion' = '4')")
+    table = TableFeatures.of(stream.table, DeltaTable(stream.table))
+    assert table.required == {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}
+    assert table.refused_by(DELTA_RS) == [] and table.in_use == frozenset()
