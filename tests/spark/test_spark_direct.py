@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from synclib import spark_checkpoint
@@ -59,12 +60,12 @@ def test_the_row_path_writes_where_the_direct_path_cannot(
     spark.createDataFrame([], KAFKA_SCHEMA).write.format("delta").save(stream.table)
     spark.sql(f"ALTER TABLE delta.`{stream.table}` ADD CONSTRAINT known CHECK (partition >= 0)")
     with caplog.at_level(logging.INFO, logger=spark_direct.__name__):
-        assert spark_direct.commits_for(spark, stream.table) is None
+        assert spark_direct.commits_for(spark, stream.table, DeltaTable(stream.table)) is None
         with monkeypatch.context() as other_delta:
             other_delta.setattr(delta_spark, "TESTED_VERSION", (4, 3))
-            assert spark_direct.commits_for(spark, str(tmp_path / "none")) is None
+            assert spark_direct.commits_for(spark, str(tmp_path / "none"), None) is None
         monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
-        assert spark_direct.commits_for(spark, str(tmp_path / "none")) is None
+        assert spark_direct.commits_for(spark, str(tmp_path / "none"), None) is None
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
         "delta-spark without read tasks writing the files (table features checkConstraints)",
         "delta-spark without read tasks writing the files (delta-spark 4.4.0 is not the version synclib's direct "
