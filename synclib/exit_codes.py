@@ -34,7 +34,9 @@ MEANINGS = {
     ExitCode.STORAGE: "an `s3://`/`s3a://` location cannot be used: the server does not answer, refuses the "
                       "credentials, or is plain HTTP without `allow_http` (or `AWS_ALLOW_HTTP`); one line naming "
                       "the location and the setting (see [Object storage](operations/object-storage.md)); Spark was "
-                      "not started",
+                      "not started. `run`: the store failed transiently (503, 5xx, resets, timeouts) for longer than "
+                      "`storage.s3.retry_deadline`: one line naming the store, the request and how long it failed; "
+                      "restarting after the outage resumes exactly once",
     ExitCode.SUPERSEDED: "another run of the job started on the same checkpoint and took it over (the newest run "
                          "wins): one line naming the checkpoint and the other run (run id, host, pid, start time); "
                          "this run committed nothing after the other started. Do not retry it automatically: a "

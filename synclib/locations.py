@@ -4,7 +4,8 @@ variables the job sets from `storage.s3`, as delta-rs reads them). On Databricks
 through its FUSE mount `/dbfs/x`; `/Volumes/...` and `/dbfs/...` paths are local paths.
 
 A file on S3 is read with one GET through obstore (the object_store crate delta-rs uses, from the
-same variables); pyarrow's input stream would first HEAD it."""
+same variables); pyarrow's input stream would first HEAD it. synclib's own requests through obstore
+are sent under the job's retry policy (`synclib.store_retry.send`), obstore's own retries off."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import obstore
 from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 from pyarrow import fs
+
+from synclib.store_retry import RetryPolicy, send
 
 
 def normalize_location(location: str) -> str:
@@ -63,8 +66,9 @@ def filesystem(location: str) -> tuple[fs.FileSystem, str]:
 def read_text(location: str) -> str | None:
     """The UTF-8 text of the file at `location`, None when there is none."""
     if (object_key := _s3_object(location)) is not None:
+        store, key = object_key
         try:
-            return bytes(obstore.get(*object_key).bytes()).decode("utf-8")
+            return send(store_name(store), f"GET {key}", lambda: bytes(obstore.get(store, key).bytes())).decode("utf-8")
         except (FileNotFoundError, NotFoundError):
             return None
     files, path = filesystem(location)
@@ -87,8 +91,20 @@ def _s3_object(location: str) -> tuple[S3Store, str] | None:
 @cache
 def _bucket(bucket: str, endpoint: str | None) -> S3Store:
     """obstore's client for `bucket` at `endpoint` (the other `AWS_*` variables as first asked)."""
-    store: S3Store = S3Store.from_url(f"s3://{bucket}")
+    return s3_store(f"s3://{bucket}")
+
+
+def s3_store(url: str) -> S3Store:
+    """obstore's client for `url` (`s3://bucket[/prefix]`) from the `AWS_*` variables, its own retries
+    off: synclib's requests are retried by `synclib.store_retry.send`, once."""
+    store: S3Store = S3Store.from_url(url, retry_config={"max_retries": 0})
     return store
+
+
+def store_name(store: S3Store) -> str:
+    """`s3://bucket/prefix at endpoint`, for a line about a request to `store`."""
+    prefix = f"/{store.prefix}" if store.prefix else ""
+    return f"s3://{store.config.get('bucket')}{prefix} at {os.environ.get('AWS_ENDPOINT_URL', 'AWS S3')}"
 
 
 def write_text(location: str, text: str) -> None:
@@ -96,7 +112,9 @@ def write_text(location: str, text: str) -> None:
     elsewhere a temporary file of its own beside it, then moved over it (a reader sees the old file
     or the new one, never half of one, where a move is a rename)."""
     if (object_key := _s3_object(location)) is not None:
-        obstore.put(*object_key, text.encode("utf-8"))
+        store, key = object_key
+        data = text.encode("utf-8")
+        send(store_name(store), f"PUT {key}", lambda: obstore.put(store, key, data))  # the same whole object again
         return
     files, path = filesystem(location)
     directory, name = path.rsplit("/", 1)
@@ -118,7 +136,8 @@ _SDK_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VAL
 def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) -> fs.S3FileSystem:
     """pyarrow's S3 filesystem for the standard `AWS_*` variables in `variables` (endpoint, region,
     credentials, `AWS_ALLOW_HTTP`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`), as delta-rs reads them;
-    `timeout_s` bounds each request and turns retries off (a check, not a job)."""
+    retried as the job's policy says (`storage.s3.retry_attempts`); `timeout_s` bounds each request
+    and turns retries off (a check, not a job)."""
     endpoint = variables.get("AWS_ENDPOINT_URL")
     options: dict[str, Any] = {
         "region": variables.get("AWS_REGION", "us-east-1"),
@@ -139,4 +158,6 @@ def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) 
     if timeout_s is not None:
         options.update(connect_timeout=timeout_s, request_timeout=timeout_s,
                        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
+    else:  # the AWS SDK's standard retries (exponential backoff, jitter) up to the job's attempts
+        options.update(retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=RetryPolicy.of(variables).attempts))
     return fs.S3FileSystem(**{key: value for key, value in options.items() if value is not None})

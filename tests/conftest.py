@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from harness import apache_kafka, jvm
+from harness.fault_proxy import FaultProxy
 from harness.object_store import S3Server
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.source.datasource import register
@@ -185,6 +186,20 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """S3Proxy on a free loopback port for the whole session (harness/object_store.py)."""
     with S3Server(tmp_path_factory.mktemp("s3")) as server:
         yield server
+
+
+@pytest.fixture
+def faulty_s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[S3Server, FaultProxy]]:
+    """The session's S3 server behind a fault-injecting proxy (harness/fault_proxy.py), this process's
+    `AWS_*` variables pointing at the proxy with a short retry deadline (5 s): the server as the
+    clients reach it, and the proxy."""
+    from synclib.settings.storage import S3Config
+
+    with FaultProxy(s3_server.port) as proxy:
+        behind = s3_server.behind(proxy.port)
+        for name, value in S3Config(**behind.storage_settings(), retry_deadline="5s").environment().items():
+            monkeypatch.setenv(name, value)
+        yield behind, proxy
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.events import EventReplay
 from synclib.source.status import PlannerStatus
 from synclib.spark_checkpoint import RunMarker, start_run, superseded
+from synclib.store_retry import ObjectStoreUnavailable, storage_failure
 
 logger = logging.getLogger("synclib.forwarder")
 
@@ -71,6 +72,14 @@ class Forwarder:
                                                        source.read_stall_timeout) + config.trigger.longest_pause)
 
     def run(self) -> int:
+        """The job's exit code (an object store failing past the retry deadline: one line, exit 4)."""
+        try:
+            return self._run()
+        except ObjectStoreUnavailable as exc:
+            print(f"forwarder: {exc}", file=sys.stderr, flush=True)
+            return ExitCode.STORAGE
+
+    def _run(self) -> int:
         spark = job_session(self.config, "synclib-forwarder")
         stop = StopRequest()
         stop.install(spark)
@@ -178,6 +187,9 @@ class Forwarder:
             query.awaitTermination()
         except StreamingQueryException as exc:
             self._report(query, reporter, status_path)
+            if (storage := storage_failure(str(exc))) is not None:  # the store, not the run, failed
+                print(f"forwarder: {storage}", file=sys.stderr, flush=True)
+                return ExitCode.STORAGE
             taken_over = superseded(self.config.checkpoint.location, self.run_marker.run_id)
             if taken_over is not None:  # the planner or the sink stopped it: that is the one line to say
                 print(f"forwarder: {taken_over}", file=sys.stderr, flush=True)

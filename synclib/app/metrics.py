@@ -29,7 +29,11 @@ rows this run wrote), `synclib_maintenance_runs_total` (table maintenance passes
 table, `sink.dead_letters`; no sample before the first); histograms
 `synclib_batch_duration_seconds` (micro-batch times, `batch_duration_ms`) and `synclib_gate_latency_seconds`
 (from a leader's commit to the Delta commit holding its offsets, one observation per partition
-the commit released: `synclib.app.gate_latency`).
+the commit released: `synclib.app.gate_latency`); `synclib_object_store_errors_total{kind}` and
+`synclib_object_store_retries_total{kind}`: transient failures of the object-store requests synclib
+sends itself from the driver (the run marker, checkpoint reads, the Delta log entries it appends),
+and how many of them were retried (`synclib.store_retry`: kinds `slow-down`, `503`, `5xx`,
+`timeout`, `connection`); an error not retried ended the job at the retry deadline.
 
 A figure that is unknown (no high watermark yet, a group that has not committed) has no sample.
 """
@@ -45,6 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from synclib import store_retry
 from synclib.source.state import SynchronizedPartitionState
 from synclib.source.status import PartitionStatus, PlannerStatus
 
@@ -135,6 +140,20 @@ class _DeadLettersCollector(Collector):
         yield letters
 
 
+class _ObjectStoreCollector(Collector):
+    """The object-store error and retry counters of this process (`synclib.store_retry.counts`)."""
+
+    def collect(self) -> Iterator[Metric]:
+        errors, retries = store_retry.counts()
+        for name, documentation, counts in (
+                ("synclib_object_store_errors", "Transient failures of synclib's own object-store requests", errors),
+                ("synclib_object_store_retries", "Retries of synclib's own object-store requests", retries)):
+            family = CounterMetricFamily(name, documentation, labels=("kind",))
+            for kind, count in sorted(counts.items()):
+                family.add_metric([kind], count)
+            yield family
+
+
 class ForwarderMetrics:
     """The forwarder's series in a registry of their own; `observe` feeds them, `serve` exposes them."""
 
@@ -145,6 +164,7 @@ class ForwarderMetrics:
         self.registry.register(self._status)
         self._dead_letters = _DeadLettersCollector()
         self.registry.register(self._dead_letters)
+        self.registry.register(_ObjectStoreCollector())
         self._batches = Counter("synclib_batches", "Micro-batches written by this run", registry=self.registry)
         self._rows = Counter("synclib_rows_written", "Rows written to Delta by this run", registry=self.registry)
         self._durations = Histogram("synclib_batch_duration_seconds", "Micro-batch duration after planning",

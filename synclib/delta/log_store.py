@@ -5,8 +5,12 @@
 - `s3://` (and `s3a://`): one PUT with `If-None-Match: *` through obstore, the Python binding of
   the object_store crate deltalake itself uses, configured from the same `AWS_*` variables
   (`AWS_CONDITIONAL_PUT=etag` included). AWS S3 and S3Proxy 3 refuse it with 412 when the key
-  exists. An entry's identity is its ETag. A PUT retried by the client after a lost answer finds
-  its own entry: an existing entry with exactly the bytes meant for it counts as created.
+  exists. An entry's identity is its ETag. Each request is retried under the job's policy
+  (`synclib.store_retry.send`); a PUT retried after a lost answer (the first attempt took effect,
+  its answer never came) finds its own entry: an existing entry with exactly the bytes meant for
+  it counts as created. The bytes are the entry's own: its application transaction (the query's
+  app id and batch id) and its commit info (the run's timestamp), so another writer's entry,
+  even of the same batch, never has them.
 
 A server that does not enforce `If-None-Match` accepts a second PUT of one key; that case is the
 caller's to exclude (`synclib.delta.log_append`: the table's host-wide commit lock).
@@ -25,7 +29,8 @@ from obstore.exceptions import AlreadyExistsError, NotFoundError
 from obstore.store import S3Store
 from pyarrow import fs
 
-from synclib.locations import filesystem, normalize_location
+from synclib.locations import filesystem, normalize_location, s3_store, store_name
+from synclib.store_retry import send
 
 logger = logging.getLogger(__name__)
 
@@ -89,25 +94,34 @@ class ObjectStoreLog:
     store: S3Store
 
     def identity(self, version: int) -> Identity | None:
+        name = entry_name(version)
         try:
-            return str(head(self.store, entry_name(version))["e_tag"])
+            return str(send(store_name(self.store), f"HEAD {name}", lambda: head(self.store, name))["e_tag"])
         except (FileNotFoundError, NotFoundError):
             return None
 
     def read(self, version: int) -> tuple[bytes, Identity] | None:
+        name = entry_name(version)
+
+        def get_whole() -> tuple[bytes, Identity]:  # the body read inside the retry: a reset may cut it
+            result = get(self.store, name)
+            return result.bytes().to_bytes(), str(result.meta["e_tag"])
+
         try:
-            result = get(self.store, entry_name(version))
+            return send(store_name(self.store), f"GET {name}", get_whole)
         except (FileNotFoundError, NotFoundError):
             return None
-        return result.bytes().to_bytes(), str(result.meta["e_tag"])
 
     def create(self, version: int, data: bytes) -> Identity | None:
         """Create entry `version` holding `data` (`If-None-Match: *`); its ETag, or None when
-        another entry holds the version."""
+        another writer's entry holds the version. Safe to retry: an attempt whose answer was lost
+        leaves our own entry, which the next attempt's 412 finds by its bytes."""
+        name = entry_name(version)
         try:
-            return str(put(self.store, entry_name(version), data, mode="create")["e_tag"])
+            return str(send(store_name(self.store), f"PUT {name} (If-None-Match: *)",
+                            lambda: put(self.store, name, data, mode="create"))["e_tag"])
         except AlreadyExistsError:
-            existing = self.read(version)  # our own PUT, retried by the client after a lost answer?
+            existing = self.read(version)  # our own PUT, whose answer was lost before a retry?
             return existing[1] if existing is not None and existing[0] == data else None
 
 
@@ -116,7 +130,7 @@ Log = LocalLog | ObjectStoreLog
 
 @cache
 def _s3_log(uri: str) -> ObjectStoreLog:
-    return ObjectStoreLog(S3Store.from_url(f"{uri.rstrip('/')}/_delta_log"))
+    return ObjectStoreLog(s3_store(f"{uri.rstrip('/')}/_delta_log"))
 
 
 def log_of(path: str) -> Log | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltalake import DeltaTable, Schema
+from deltalake.exceptions import DeltaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -24,6 +25,7 @@ from synclib.delta.spark_direct import DeltaSparkDirectCommit
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
+from synclib.errors import first_line
 from synclib.locations import hadoop_location, normalize_location
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 
@@ -171,7 +173,13 @@ def check_table(path: str, schema: StructType, partition_by: Sequence[str], engi
     """The table at `path` (None: none yet), checked before a batch: `engine` honours its table
     features (`synclib.delta.features`, `UnwritableTable`) and it has the stream's columns and
     partitioning (delta-rs would otherwise accept the files and hide or null columns)."""
-    table = open_table(path)
+    try:
+        table = open_table(path)
+    except DeltaError as exc:  # a reader feature deltalake does not implement
+        if engine == DELTA_SPARK:
+            return None  # Delta's writer checks the table itself
+        raise features.UnwritableTable(f"table {path} cannot be read by deltalake ({first_line(exc)}): nothing was "
+                                       f"written; sink.engine delta-spark may write it") from exc
     if table is None:
         return None
     features.check_writable(path, table, engine)

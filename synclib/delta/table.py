@@ -22,6 +22,7 @@ from pyarrow import fs
 from synclib.delta import column_mapping
 from synclib.locations import filesystem, normalize_location
 from synclib.offsets import PartitionOffsets, parse_offsets_json
+from synclib.store_retry import delta_storage_options
 
 META_APP_ID = "synclib.appId"
 META_BATCH_ID = "synclib.batchId"
@@ -38,8 +39,10 @@ _TRUST_NEXT_VERSION_S = 60.0
 
 
 def open_table(path: str) -> DeltaTable | None:
+    """The table at `path` (on S3 with the job's retry policy), None when there is none."""
     uri = normalize_location(path)
-    return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+    options = delta_storage_options() if uri.startswith("s3://") else None
+    return DeltaTable(uri, storage_options=options) if DeltaTable.is_deltatable(uri, options) else None
 
 
 def read_arrow(path: str, columns: list[str] | None = None) -> pa.Table | None:

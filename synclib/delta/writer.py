@@ -34,6 +34,7 @@ from synclib.delta import column_mapping, commit_lock, direct, features, log_app
 from synclib.delta.commits import check_replay, commit_metadata, same_offsets
 from synclib.delta.table import META_OFFSETS, current_table, holds_batch, latest_metadata
 from synclib.settings.values import parse_bool
+from synclib.store_retry import send
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         app_id = spark_checkpoint.app_id(self._checkpoint)
         offsets = spark_checkpoint.batch_offsets(self._checkpoint, batchId)
         with commit_lock.held(self._path) as generation:  # on an object store: no other commit of this host's beside it
-            self._commit(files, batchId, app_id, offsets, generation)
+            # Sent again after a transient failure (deltalake does not retry its put-if-absent after a
+            # reset: the first attempt may have taken effect): the application transaction makes it safe,
+            # a commit whose answer was lost is found in the table with these very files.
+            send(self._path, f"the Delta commit of batch {batchId}",
+                 lambda: self._commit(files, batchId, app_id, offsets, generation))
 
     def _commit(self, files: list[AddAction], batchId: int, app_id: str, offsets: str | None,
                 generation: int | None) -> None:
@@ -93,8 +98,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             return
         table = current_table(self._path)
         if table is not None:
-            if holds_batch(table, app_id, batchId):
-                parquet.delete_files(self._path, files)
+            if holds_batch(table, app_id, batchId):  # a replay, or this commit sent again after a lost answer
+                committed = {uri.rsplit("/", 1)[-1] for uri in table.file_uris()} if files else set()  # unique names
+                parquet.delete_files(self._path, [f for f in files if f.path.rsplit("/", 1)[-1] not in committed])
                 check_replay(table, self._path, app_id, batchId, offsets)
                 return
             refused = features.refusal_of_files(self._path, table, self._schema)

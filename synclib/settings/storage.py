@@ -7,6 +7,10 @@ dead-letter table, Spark's checkpoint), defined once and mapped once to each cli
 - `S3Config.hadoop_options()`: Hadoop's S3A settings (`fs.s3a.*`) for Spark's JVM: the
   checkpoint, Spark's Delta writer and reader.
 
+The retry policy (`retry_deadline`, `retry_attempts`) goes the same two ways: to the Python side as
+two variables beside the `AWS_*` ones (`synclib.store_retry`, which maps them to obstore, deltalake
+and pyarrow), to S3A as its retry limits and intervals.
+
 A setting left unset falls back to the process's own `AWS_*` variable, as every AWS tool does
 (`allow_http` to `AWS_ALLOW_HTTP`, read as delta-rs reads it).
 Commits stay atomic: delta-rs commits with a conditional PUT (`If-None-Match: *`,
@@ -24,7 +28,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from synclib.settings.model import Invalid, Section
-from synclib.settings.values import Boolean, SecretString, String
+from synclib.settings.values import Boolean, PositiveDuration, PositiveInt, SecretString, String
+from synclib.store_retry import ATTEMPTS, ATTEMPTS_VARIABLE, DEADLINE_S, DEADLINE_VARIABLE
 
 S3_SCHEMES = ("s3", "s3a")
 # Set by synclib for every s3 location; a process environment naming another value is refused.
@@ -32,6 +37,7 @@ UNSAFE_RENAME = "AWS_S3_ALLOW_UNSAFE_RENAME"
 _CONDITIONAL_PUT = "AWS_CONDITIONAL_PUT"
 _S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 _ALLOW_HTTP = "AWS_ALLOW_HTTP"
+MAX_ATTEMPTS = 20
 _TRUE = ("1", "true", "on", "yes", "y")  # a true boolean variable, as delta-rs's object store reads one
 
 
@@ -65,6 +71,19 @@ class S3Config(Section):
     """The secret access key, e.g. `${S3_SECRET_ACCESS_KEY}` (unset: `AWS_SECRET_ACCESS_KEY`)."""
     session_token: SecretString | None = None
     """A session token of temporary credentials (unset: `AWS_SESSION_TOKEN`)."""
+    retry_deadline: PositiveDuration = DEADLINE_S
+    """How long a request failing transiently (503 SlowDown, 5xx, a reset, a timeout) is retried, with
+    exponential backoff and jitter, before the job stops with exit code 4 (synclib's own requests,
+    delta-rs, S3A)."""
+    retry_attempts: PositiveInt = ATTEMPTS
+    """The most attempts of one request within `retry_deadline` (S3A: its retry limits; pyarrow: its attempts)."""
+
+    @field_validator("retry_attempts", mode="after")
+    @classmethod
+    def _attempts(cls, value: int) -> int:
+        if value > MAX_ATTEMPTS:  # S3A's backoff doubles with each retry: its interval is scaled down by 2^attempts
+            raise Invalid(f"an integer from 1 to {MAX_ATTEMPTS}")
+        return value
 
     @field_validator("endpoint", mode="after")
     @classmethod
@@ -124,6 +143,8 @@ class S3Config(Section):
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if self.path_style else "true",
             _CONDITIONAL_PUT: "etag",  # commits by If-None-Match: * (put if absent)
             UNSAFE_RENAME: "false",
+            DEADLINE_VARIABLE: f"{self.retry_deadline:g}",
+            ATTEMPTS_VARIABLE: str(self.retry_attempts),
         })
         return variables
 
@@ -131,7 +152,16 @@ class S3Config(Section):
         """Hadoop's S3A settings (`fs.s3a.*`, and `fs.s3.impl` so `s3://` is S3A too). Delta's LogStore
         for both schemes stays its default, `S3SingleDriverLogStore`."""
         values = self.resolved(environ)
+        # S3A has no deadline: its backoff after retry i is about interval * 2^(i+1) (Hadoop's
+        # exponential retry policy), so the interval is scaled for the pauses to add up to the deadline.
+        # The SDK's own retries inside each S3A attempt are off (`attempts.maximum` 0): one policy.
+        interval_ms = max(1, round(self.retry_deadline * 1000 / (2 ** (self.retry_attempts + 1) - 2)))
         options = {
+            "fs.s3a.attempts.maximum": "0",
+            "fs.s3a.retry.limit": str(self.retry_attempts),
+            "fs.s3a.retry.interval": f"{interval_ms}ms",
+            "fs.s3a.retry.throttle.limit": str(self.retry_attempts),
+            "fs.s3a.retry.throttle.interval": f"{interval_ms}ms",
             "fs.s3.impl": _S3A,
             "fs.s3a.path.style.access": "true" if self.path_style else "false",
             "fs.s3a.endpoint.region": values.get("region", "us-east-1"),

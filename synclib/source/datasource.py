@@ -55,7 +55,7 @@ from synclib.offsets import (
 from synclib.schema import output_schema
 from synclib.settings.source import LEADER_WAIT_S, SourceOptions
 from synclib.source.events import EventLog
-from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets
+from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets, watermarks_to_ask
 from synclib.source.state import (
     FLOWING,
     SYNCHRONIZED,
@@ -80,6 +80,9 @@ FORMAT_NAME = "synchronized_kafka"
 FOLLOWER_CATCH_UP_TIMEOUT_S = 30.0
 BATCHES_KEPT = 32  # planned batches in the status file: the job reads it every second
 PARTITIONS_NAMED = 8  # a log line about partitions names at most this many
+# Planning asks the high watermarks of the partitions the leader committed past the follower; those of
+# every partition (what the status and staleness show of the others) at most this often.
+WATERMARKS_REFRESH_S = 5.0
 
 def register(spark: SparkSession) -> None:
     """Make `spark.readStream.format("synchronized_kafka")` available in this session."""
@@ -125,6 +128,7 @@ class _Planner:
             commit_log_topic=options.publish_commit_log,
         ) if (options.commit_to_consumer_group or options.publish_commit_log) else None
         self.high_watermarks: dict[TopicPartitionKey, int] = {}
+        self._watermarks_at = float("-inf")  # time.monotonic() when every partition's was last asked
         self._topic_ids: dict[str, str | None] = {}
         self._remote_changed_at: dict[TopicPartitionKey, tuple[int | None, float]] = {}
         self.stale: set[TopicPartitionKey] = set()
@@ -139,11 +143,13 @@ class _Planner:
         if new:
             logger.info("new partitions %s: reading them from earliest", _named(new))
             start.update(self.metadata.earliest_offsets(new))
-        existing = set(partitions)  # partitions of a deleted topic keep their offsets
-        self.high_watermarks = self.metadata.high_watermarks(tp for tp in start if tp in existing)
-        restarted = self._restart_recreated_partitions(start)
-        start.update(restarted)
         remote = self.remote.remote_offsets(list(start))
+        recreated = {t for t, topic_id in self.metadata.topic_ids.items()
+                     if self._topic_ids.get(t, topic_id) != topic_id}
+        self._topic_ids.update(self.metadata.topic_ids)
+        fetched = self._refresh_watermarks(start, set(partitions), remote, recreated)
+        restarted = self._restart_recreated_partitions(start, fetched, recreated)
+        start.update(restarted)
         for (topic, partition), offset in start.items():
             self.states.set_local_offset(topic, partition, offset)
             if remote.get((topic, partition)) is not None:
@@ -152,6 +158,23 @@ class _Planner:
         self._log_state_changes()
         # A restarted partition first moves back to earliest in a batch of its own.
         return start, {**plan_end_offsets(start, self.high_watermarks, remote), **restarted}
+
+    def _refresh_watermarks(self, start: PartitionOffsets, existing: set[TopicPartitionKey],
+                            remote: Mapping[TopicPartitionKey, int | None], recreated: set[str]) -> PartitionOffsets:
+        """Ask the high watermarks of the partitions the leader committed past the follower (the only
+        ones a batch can move), of those never asked or of a `recreated` topic, and every
+        `WATERMARKS_REFRESH_S` of all (for the status, staleness and data loss of the others); partitions
+        of a deleted topic keep their offsets and lose their watermark. Return what was asked."""
+        now = time.monotonic()
+        every = now - self._watermarks_at >= WATERMARKS_REFRESH_S
+        if every:
+            self._watermarks_at = now
+        self.high_watermarks = {tp: hw for tp, hw in self.high_watermarks.items()
+                                if tp in existing and tp[0] not in recreated}
+        fetched = self.metadata.high_watermarks(watermarks_to_ask(
+            {tp: offset for tp, offset in start.items() if tp in existing}, remote, self.high_watermarks, every))
+        self.high_watermarks.update(fetched)
+        return fetched
 
     def planned(self, start: PartitionOffsets, end: PartitionOffsets) -> None:
         """A micro-batch from `start` to `end` will run: keep the leader commits it releases."""
@@ -178,13 +201,11 @@ class _Planner:
             logger.log(logging.DEBUG if flowing else logging.INFO, "%s: %s -> %s%s", _named(tps),
                        old.value, new.value, detail)
 
-    def _restart_recreated_partitions(self, start: PartitionOffsets) -> PartitionOffsets:
-        """A partition whose topic was recreated (new topic id, or offsets now below the
-        query's position) lost data: fail, or return its earliest offset to restart from."""
-        recreated = {t for t, topic_id in self.metadata.topic_ids.items()
-                     if self._topic_ids.get(t, topic_id) != topic_id}
-        self._topic_ids.update(self.metadata.topic_ids)
-        moved = {tp: hw for tp, hw in self.high_watermarks.items()
+    def _restart_recreated_partitions(self, start: PartitionOffsets, fetched: PartitionOffsets,
+                                      recreated: set[str]) -> PartitionOffsets:
+        """A partition whose topic was `recreated` (new topic id), or whose watermark just `fetched` is
+        below the query's position, lost data: fail, or return its earliest offset to restart from."""
+        moved = {tp: hw for tp, hw in fetched.items()
                  if hw < start[tp] or (tp[0] in recreated and start[tp] > 0)}
         if self.metadata.reads_committed:
             # Under read_committed a position above the last stable offset (a transaction still
@@ -359,8 +380,8 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         seen = planner.remote.release_generation()  # before planning: a release from now on wakes the wait
         effective_start, end = self._plan(start_offsets, limit)
         if self.options.await_leader_commits and self._target is None:
-            if start_offsets != self._reported_start:  # the last batch's end, shown before the gate waits
-                self._write_status(start_offsets)
+            if start_offsets != self._reported_start and not has_work(start_offsets, end):
+                self._write_status(start_offsets)  # the last batch's end, shown before the gate waits
             effective_start, end = self._await_leader(start_offsets, limit, seen, effective_start, end)
         if has_work(start_offsets, end):
             if self.options.run_id and self.options.run_checkpoint:  # before Spark logs the batch's offsets

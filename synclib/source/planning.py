@@ -7,7 +7,7 @@ A read limit is then split across partitions as Spark's Kafka source does it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from synclib.offsets import PartitionOffsets, TopicPartitionKey
 
@@ -31,6 +31,15 @@ def plan_end_offsets(
         tp: releasable_end(offset, high_watermarks.get(tp, offset), remote.get(tp))
         for tp, offset in start.items()
     }
+
+
+def watermarks_to_ask(start: Mapping[TopicPartitionKey, int], remote: Mapping[TopicPartitionKey, int | None],
+                      known: Collection[TopicPartitionKey], every: bool) -> list[TopicPartitionKey]:
+    """The partitions of `start` whose high watermark a planning call asks the brokers: those the leader
+    committed past the follower (`releasable_end` moves no other) and those without a `known` one; all
+    of them when `every`."""
+    return [tp for tp, offset in start.items()
+            if every or tp not in known or (remote.get(tp) or 0) > offset]
 
 
 def cap_offsets(end: Mapping[TopicPartitionKey, int], cap: Mapping[TopicPartitionKey, int],

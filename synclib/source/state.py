@@ -85,6 +85,8 @@ class SynchronizedPartitionStateManager:
         with self._lock:
             old = self._offsets.get(key, Offsets(None, None))
             previous = getattr(old, side)
+            if offset == previous:  # most partitions of a wide topic at most planning calls
+                return
             if offset is None:
                 if previous is not None:
                     raise InvalidStateTransition(

@@ -14,7 +14,7 @@ The JSON, as `to_json` and `write` give it (every offset is a next offset, an ex
         "follower_offset": 5,                     # the follower's position; null: unknown
         "leader_offset": 8,                       # min over the groups; null while any has not reported
         "leader_offsets": {"snuba": 8},           # each followed group's committed offset (or null)
-        "high_watermark": 20,                     # null: unknown (e.g. the topic is gone)
+        "high_watermark": 20,                     # the planner: as last asked, at most 5 s ago; null: unknown
         "stale": false,                           # leader silent for stale_after while data waits; null: not watched
         "seconds_since_leader_commit": 1.5,       # age of the gating group's newest commit; null: unknown
         "lag": 15, "held_back": 12, "ready": 3}], # derived (see the properties); ignored when read

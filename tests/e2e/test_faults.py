@@ -25,6 +25,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from harness.crash_harness import CrashHarness
+from harness.fault_proxy import INTERNAL, RESET_AFTER, RESET_BEFORE, SLOW_DOWN, FaultProxy
 from harness.job_files import (
     DELTA_COMMITTED,
     PLANNING,
@@ -93,20 +94,33 @@ def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(world: Ka
 
 
 @pytest.mark.slow
-def test_lost_checkpoint_resumes_from_the_offsets_in_delta(world: KafkaWorld, s3_server: S3Server,
-                                                           tmp_path: Path) -> None:
+def test_s3_faults_are_ridden_out_and_a_lost_checkpoint_resumes_from_the_offsets_in_delta(
+        world: KafkaWorld, s3_server: S3Server, tmp_path: Path) -> None:
     """On S3 (S3Proxy): the table at s3://, Spark's checkpoint at s3a://, maintenance on; the files
-    are checked in the server's backing directory."""
+    are checked in the server's backing directory. The first run reaches the server through the
+    fault proxy, which answers S3's transient failures (503 SlowDown, 500, resets before a request
+    and after its answer: lost answers of Spark's checkpoint entries and of the Delta log's) to
+    some of its requests: the job rides them out, exactly once."""
     bucket = s3_server.bucket()
     stored = s3_server.directory / "data" / bucket
-    config = world.config(tmp_path, sink={"path": f"s3://{bucket}/table"},
-                          checkpoint={"location": f"s3a://{bucket}/checkpoint"},
-                          storage={"s3": s3_server.storage_settings()})
+    sections = {"sink": {"path": f"s3://{bucket}/table"}, "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
+                "source": {**world.config(tmp_path)["source"], "max_offsets_per_trigger": 4000}}  # a few batches
     wait_until(lambda: sum(world.committed().values()) >= 200, 60, "the leader to commit some events")
-    finished(run_job(tmp_path, config, "first", ("--available-now",)), 0)
+    with FaultProxy(s3_server.port) as proxy:
+        for fault, method, key in ((RESET_AFTER, "PUT", "/checkpoint/(offsets|commits)/"),
+                                   (RESET_AFTER, "PUT", "/table/_delta_log/0"), (RESET_BEFORE, "PUT", "/checkpoint/"),
+                                   (SLOW_DOWN, "GET", "/checkpoint/"), (INTERNAL, None, "/table/_delta_log/0"),
+                                   (SLOW_DOWN, "PUT", "/table/_delta_log/0"), (RESET_BEFORE, "GET", "/synclib/run")):
+            proxy.inject(fault, count=2, method=method, key=key)
+        faulty = world.config(tmp_path, **sections, storage={"s3": s3_server.behind(proxy.port).storage_settings()})
+        finished(run_job(tmp_path, faulty, "first", ("--available-now",)), 0)
+        injected = Counter(fault for fault, _, _ in proxy.faults())
+    assert set(injected) == {RESET_AFTER, RESET_BEFORE, SLOW_DOWN, INTERNAL}, proxy.faults()
     first = verdict(world, stored, world.committed())
     assert first.rows and first.ok, first
     assert (stored / "checkpoint" / "commits" / "0").exists()
+
+    config = world.config(tmp_path, **sections, storage={"s3": s3_server.storage_settings()})
 
     shutil.rmtree(stored / "checkpoint")
     committed = world.finish_producing()

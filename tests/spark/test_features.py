@@ -22,7 +22,9 @@ from pyspark.sql import SparkSession
 
 from synclib.delta import column_mapping, features
 from synclib.delta.features import HONOURED, TableFeatures, UnwritableTable
+from synclib.delta.maintenance import run_pass
 from synclib.delta.stream import DeltaStream, start_delta_stream
+from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import (
     DIRECT,
@@ -202,3 +204,18 @@ def test_table_features_of_legacy_protocols(spark: SparkSession, tmp_path: Path)
     table = TableFeatures.of(stream.table, DeltaTable(stream.table))
     assert table.required == {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}
     assert table.refused_by(DELTA_RS) == [] and table.in_use == frozenset()
+
+
+def test_delta_rs_maintenance_leaves_a_column_mapped_table_uncompacted(spark: SparkSession, tmp_path: Path) -> None:
+    """deltalake 1.6 cannot compact a column-mapped table: the pass says so and changes nothing."""
+    stream = Stream(spark, tmp_path, DIRECT)
+    create(stream, "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    for end in (2, 4):
+        stream.offer({0: end})
+        stream.run()
+
+    report = run_pass(stream.table, MaintenanceConfig(min_age="0s", vacuum_retention="0s"))
+
+    assert any("cannot compact a column-mapped table" in note for note in report.notes), report.notes
+    assert report.compacted_files == 0 and DeltaTable(stream.table).version() >= 2
+    assert_rows(stream, {0: range(4)})

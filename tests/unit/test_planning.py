@@ -1,6 +1,6 @@
 import pytest
 
-from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets, releasable_end
+from synclib.source.planning import cap_offsets, limit_rows, plan_end_offsets, releasable_end, watermarks_to_ask
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,15 @@ def test_releasable_end(start, high_watermark, remote, end):
 def test_plan_keeps_partitions_without_a_high_watermark_where_they_are():
     start = {("t", 0): 3, ("t", 1): 5}
     assert plan_end_offsets(start, {("t", 0): 9}, {("t", 0): 7, ("t", 1): 8}) == {("t", 0): 7, ("t", 1): 5}
+
+
+def test_watermarks_are_asked_only_where_a_batch_can_move():
+    start = {("t", 0): 5, ("t", 1): 5, ("t", 2): 5, ("t", 3): 5, ("t", 4): 5}
+    remote = {("t", 0): 9, ("t", 1): 5, ("t", 2): 3, ("t", 3): None}
+    known = {("t", 0), ("t", 1), ("t", 2), ("t", 3)}
+    # the leader past the follower, or no watermark known yet; not caught up, behind, unknown: not asked
+    assert watermarks_to_ask(start, remote, known, every=False) == [("t", 0), ("t", 4)]
+    assert watermarks_to_ask(start, remote, known, every=True) == list(start)
 
 
 def test_cap_to_available_now_target():

@@ -40,8 +40,11 @@ def test_settings_from_the_file_and_variables_map_to_delta_rs_and_s3a(
         "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": TOKEN,
         "AWS_ALLOW_HTTP": "true", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false", "AWS_CONDITIONAL_PUT": "etag",
         "AWS_S3_ALLOW_UNSAFE_RENAME": "false", "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-        "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required"}
+        "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required", "SYNCLIB_S3_RETRY_DEADLINE_S": "60",
+        "SYNCLIB_S3_RETRY_ATTEMPTS": "10"}
     assert s3.hadoop_options(environ) == {
+        "fs.s3a.attempts.maximum": "0", "fs.s3a.retry.limit": "10", "fs.s3a.retry.interval": "29ms",
+        "fs.s3a.retry.throttle.limit": "10", "fs.s3a.retry.throttle.interval": "29ms",
         "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem", "fs.s3a.path.style.access": "true",
         "fs.s3a.endpoint.region": "us-east-1", "fs.s3a.endpoint": "http://127.0.0.1:9000",
         "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.access.key": "AKIDEXAMPLE",

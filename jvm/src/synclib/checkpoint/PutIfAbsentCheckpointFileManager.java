@@ -1,8 +1,11 @@
 package synclib.checkpoint;
 
+import java.io.ByteArrayOutputStream;
 import java.io.FileNotFoundException;
+import java.io.FilterOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
+import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Abortable;
@@ -31,6 +34,14 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * Compared with Spark's {@code AbortableStreamBasedCheckpointFileManager}, which creates through
  * Hadoop's FileContext (a probe of the parent and two of the entry, each a HEAD and a LIST, before
  * the PUT), a new entry costs one request instead of seven, and the guarantee is the store's.
+ *
+ * <p>S3A retries a PUT whose answer was lost (a reset, a timeout: the first attempt may have taken
+ * effect); the retry then meets the first attempt's object and is refused. So a refused entry is
+ * read back: the very bytes this stream wrote are this writer's own entry, created; anything else
+ * is another writer's. An offsets entry holds Spark's planning time in milliseconds, so two runs
+ * planning one batch id write different bytes and the second is refused; a commits entry holds only
+ * the batch's watermark, so a second run committing the same batch writes the same bytes, and taking
+ * them for its own records the same fact (the Delta commit is the application transaction's, once).
  */
 public final class PutIfAbsentCheckpointFileManager implements CheckpointFileManager {
 
@@ -74,7 +85,8 @@ public final class PutIfAbsentCheckpointFileManager implements CheckpointFileMan
             .recursive()
             .opt(CONDITIONAL_CREATE, !overwriteIfPossible)
             .build());
-    return new Entry(out, path, overwriteIfPossible);
+    return overwriteIfPossible ? new Entry(out, out, path, null)
+        : new Entry(out, new Tee(out, new ByteArrayOutputStream()), path, fs);
   }
 
   @Override
@@ -126,18 +138,42 @@ public final class PutIfAbsentCheckpointFileManager implements CheckpointFileMan
     return qualified;
   }
 
+  /** What is written to {@code out}, also kept in {@code copy} (an entry is a few hundred bytes). */
+  private static final class Tee extends FilterOutputStream {
+    final ByteArrayOutputStream copy;
+
+    Tee(OutputStream out, ByteArrayOutputStream copy) {
+      super(out);
+      this.copy = copy;
+    }
+
+    @Override
+    public void write(int b) throws IOException {
+      out.write(b);
+      copy.write(b);
+    }
+
+    @Override
+    public void write(byte[] b, int off, int len) throws IOException {
+      out.write(b, off, len);
+      copy.write(b, off, len);
+    }
+  }
+
   /** An entry's stream: visible whole when closed, never when cancelled. */
   private static final class Entry extends CancellableFSDataOutputStream {
     private final FSDataOutputStream out;
     private final Path path;
-    private final boolean overwriteIfPossible;
+    private final FileSystem conditional;  // the store to read a refused entry back from; null: may overwrite
+    private final Tee written;
     private boolean done;
 
-    Entry(FSDataOutputStream out, Path path, boolean overwriteIfPossible) {
-      super(out);
+    Entry(FSDataOutputStream out, OutputStream through, Path path, FileSystem conditional) {
+      super(through);
       this.out = out;
       this.path = path;
-      this.overwriteIfPossible = overwriteIfPossible;
+      this.conditional = conditional;
+      this.written = through instanceof Tee ? (Tee) through : null;
     }
 
     @Override
@@ -149,14 +185,28 @@ public final class PutIfAbsentCheckpointFileManager implements CheckpointFileMan
       try {
         out.close();
       } catch (PathIOException e) {
-        if (overwriteIfPossible) {
+        if (conditional == null) {
           throw e;
         }
-        // The store refused the PUT: another writer created the entry first (412).
+        // The store refused the PUT (412): our own earlier attempt, whose answer was lost, or another writer.
+        if (ours()) {
+          return;
+        }
         FileAlreadyExistsException exists = new FileAlreadyExistsException(
             path + " was created by another writer (put-if-absent refused): " + e.getMessage());
         exists.initCause(e);
         throw exists;
+      }
+    }
+
+    /** Whether the entry at {@code path} holds exactly the bytes this stream wrote. */
+    private boolean ours() throws IOException {
+      byte[] mine = written.copy.toByteArray();
+      try (FSDataInputStream in = conditional.open(path)) {
+        byte[] there = in.readNBytes(mine.length + 1);
+        return Arrays.equals(there, mine);
+      } catch (FileNotFoundException e) {
+        return false;
       }
     }
 
