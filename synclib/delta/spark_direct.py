@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame, SparkSession
 
 from synclib import spark_checkpoint
@@ -34,7 +35,8 @@ from synclib.compat import pyspark as spark_compat
 from synclib.delta import direct, features, log_append, parquet
 from synclib.delta.commits import check_replay, commit_metadata
 from synclib.delta.spark_writer import retrying_conflicts
-from synclib.delta.table import current_table, holds_batch
+from synclib.delta.table import current_table, holds_batch, open_table
+from synclib.errors import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,11 @@ def _why_not(spark: SparkSession, path: str, table: DeltaTable | None) -> str | 
     problem = delta_spark.version_problem(jvm)
     if problem is not None:
         return problem
+    if table is None:  # none yet, or one deltalake cannot read (start_delta_stream leaves it to Delta)
+        try:
+            open_table(path)
+        except DeltaError as exc:
+            return f"a table deltalake cannot read, {first_line(exc)}"
     refused = features.TableFeatures.of(path, table).refused_by(features.SPARK_DIRECT) if table is not None else []
     return f"table features {', '.join(refused)}" if refused else None
 
