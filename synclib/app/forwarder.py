@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
@@ -41,7 +42,7 @@ from synclib.exit_codes import ExitCode
 from synclib.locations import read_text
 from synclib.offsets import OffsetRange, parse_offsets_json
 from synclib.settings import ForwarderConfig
-from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from synclib.settings.values import DELTA_SPARK
 from synclib.source.datasource import FORMAT_NAME, register
 from synclib.source.events import EventReplay
 from synclib.source.status import PlannerStatus
@@ -140,15 +141,14 @@ class Forwarder:
         df = spark.readStream.format(FORMAT_NAME).options(**options).load()
         if self.config.sink.dead_letters.enabled:
             return self._start_with_dead_letters(df, MicroBatchSourceRows(options, self.config.checkpoint.location))
-        sink = self.config.sink
-        direct = None
         if self.transform is not None:
-            df = self.transform(df)
-        elif resolve_engine(spark, sink.engine) == DELTA_RS:  # nothing between source and sink
+            return start_delta_stream(self.transform(df), self._delta_stream())
+
+        def direct(table: Mapping[str, str]) -> DataFrame:  # nothing between source and sink
             direct_source.register(spark)
-            direct = lambda table: spark.readStream.format(direct_source.FORMAT_NAME).options(  # noqa: E731
-                **options, **table).load()
-            self.direct_initial = options["initialOffsetsFile"]
+            self.direct_initial = options["initialOffsetsFile"]  # only once start_delta_stream takes the path
+            return spark.readStream.format(direct_source.FORMAT_NAME).options(**options, **table).load()
+
         return start_delta_stream(df, self._delta_stream(), direct=direct)
 
     def _start_with_dead_letters(self, df: DataFrame, source_rows: MicroBatchSourceRows) -> StreamingQuery:

@@ -71,7 +71,18 @@ DELTA_4_4 = frozenset({
     "materializePartitionColumns", "catalogManaged", "coordinatedCommits-preview", "adaptiveMetadata-preview",
     "geospatial", "geospatial-dev",
 })
-HONOURED: dict[str, frozenset[str]] = {DELTA_RS: SYNCLIB_FILES, DELTA_SPARK: DELTA_4_4}
+# delta-spark's direct write path (`synclib.delta.spark_direct`): synclib's Parquet files committed
+# by Delta 4.4's own transaction, which does for any writer what deltalake refuses (row ids, domain
+# metadata, in-commit timestamps, v2 checkpoints, the vacuum protocol check); not what the files
+# would have to carry (Iceberg compatibility, variants, materialized partition columns, ...).
+SPARK_DIRECT = "delta-spark direct"
+SPARK_DIRECT_FILES = SYNCLIB_FILES | {
+    "allowColumnDefaults", "rowTracking", "domainMetadata", "clustering", "inCommitTimestamp", "v2Checkpoint",
+    "typeWidening", "typeWidening-preview", "vacuumProtocolCheck", "checkpointProtection",
+}
+HONOURED: dict[str, frozenset[str]] = {DELTA_RS: SYNCLIB_FILES, DELTA_SPARK: DELTA_4_4,
+                                       SPARK_DIRECT: SPARK_DIRECT_FILES}
+_FILES_WRITTEN_BY_SYNCLIB = (DELTA_RS, SPARK_DIRECT)
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ class TableFeatures:
         """The features `engine`'s writer does not honour, sorted; empty when it may write."""
         honoured = {f.lower() for f in HONOURED[engine]}  # Delta matches feature names case-insensitively
         refused = {f for f in self.required if f.lower() not in honoured}
-        if engine == DELTA_RS:
+        if engine in _FILES_WRITTEN_BY_SYNCLIB:
             refused |= self.in_use
         return sorted(refused)
 

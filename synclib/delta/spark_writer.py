@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from pyspark.sql import DataFrame
 
@@ -17,6 +18,8 @@ from synclib.delta.table import current_table, holds_batch
 from synclib.errors import first_line
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _CONFLICT_RETRIES = 5
 # Delta's error conditions for a commit that lost to a concurrent one (io.delta.exceptions.*).
@@ -62,19 +65,27 @@ class DeltaSparkBatchWriter:
                   .option("userMetadata", json.dumps(commit_metadata(app_id, batch_id, offsets))))
         if self._partition_by and self._table is None:
             writer = writer.partitionBy(*self._partition_by)
-        for attempt in range(1, _CONFLICT_RETRIES + 1):
-            try:
-                if self._table is None:
-                    writer.save(self._path)
-                else:
-                    writer.saveAsTable(quote(self._table))
-                self._committed = batch_id
-                return
-            except Exception as exc:
-                if attempt == _CONFLICT_RETRIES or not _delta_conflict(exc):
-                    raise
-                logger.warning("batch %d of %s: Delta commit conflict (%s), retrying", batch_id, app_id,
-                               conflict_description(exc))
+        name = self._table
+        if name is None:
+            retrying_conflicts(lambda attempt: writer.save(self._path), batch_id, app_id)
+        else:
+            retrying_conflicts(lambda attempt: writer.saveAsTable(quote(name)), batch_id, app_id)
+        self._committed = batch_id
+
+
+def retrying_conflicts(commit: Callable[[int], T], batch_id: int, app_id: str) -> T:
+    """`commit(attempt)` (1, 2, ...), again while it loses a conflict to a commit beside it, up to
+    `_CONFLICT_RETRIES` attempts; only for a commit that is idempotent."""
+    attempt = 1
+    while True:
+        try:
+            return commit(attempt)
+        except Exception as exc:
+            if attempt == _CONFLICT_RETRIES or not _delta_conflict(exc):
+                raise
+            logger.warning("batch %d of %s: Delta commit conflict (%s), retrying", batch_id, app_id,
+                           conflict_description(exc))
+        attempt += 1
 
 
 def conflict_description(exc: BaseException) -> str:

@@ -17,11 +17,12 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
-from synclib.delta import column_mapping, features
+from synclib.delta import column_mapping, features, spark_direct
 from synclib.delta.batch_writes import DeltaTarget
 from synclib.delta.catalog import TableError, TableLayout, ensure_table
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import fit_delta_to_local_master, fit_delta_to_object_store, resolve_engine
+from synclib.delta.spark_direct import DeltaSparkDirectCommit
 from synclib.delta.spark_writer import DeltaSparkBatchWriter
 from synclib.delta.table import DATE_COLUMN, open_table
 from synclib.delta.writer import FORMAT, DeltaBatchSink, DeltaSink, DeltaStreamWriter, DirectBatchCommit, arrow_schema
@@ -111,7 +112,8 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
 
     `direct`, for a `df` straight from its source: loads the same stream as the direct write
     path's add actions, given the reader options of `synclib.delta.direct.TableFiles`; used
-    when the engine is delta-rs and there is no `sink`.
+    when there is no `sink` and the engine is delta-rs, or delta-spark where its direct commit
+    can run (`synclib.delta.spark_direct.commits_for`).
     """
     stream_only = sink.stream_only if sink is not None else ()
     partition_by = stream.partition_columns([c for c in df.columns if c not in stream_only])
@@ -131,7 +133,9 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     table = check_table(table_path, df.drop(*stream_only).schema, partition_by, chosen)
     for path, schema in others.items():
         check_table(path, schema, (), chosen)
-    direct_path = direct is not None and sink is None and chosen == DELTA_RS
+    commits = (spark_direct.commits_for(spark, table_path, table)
+               if direct is not None and sink is None and chosen == DELTA_SPARK else None)
+    direct_path = direct is not None and sink is None and (chosen == DELTA_RS or commits is not None)
     logger.info("writing %s with %s%s (partitioned by %s)%s, checkpoint %s", stream.table or stream.path, chosen,
                 ", read tasks writing the files" if direct_path else "", partition_by or "nothing",
                 "".join(f", and {path}" for path in others), stream.checkpoint)
@@ -144,16 +148,22 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
         main = DeltaTarget(chosen, table_path, stream.checkpoint, tuple(partition_by), stream.log_checkpoints,
                            stream.run_id, stream.table)
         return stream.writer(df).foreachBatch(sink.function(main)).start()
+    files = None
+    if direct is not None and direct_path:
+        schema = column_mapping.annotate(arrow_schema(df.schema), table)  # the table's column names in its files
+        files = direct(TableFiles(table_path, schema, tuple(partition_by)).options())
     if chosen == DELTA_SPARK:
+        if files is not None and commits is not None:
+            commit = DeltaSparkDirectCommit(commits, table_path, stream.checkpoint, partition_by, df.schema.json(),
+                                            stream.run_id)
+            return stream.writer(files).foreachBatch(commit).start()
         batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id, stream.table)
         return stream.writer(df).foreachBatch(batch_writer).start()
     options = {"path": table_path, "checkpointLocation": stream.checkpoint,
                "partitionBy": json.dumps(partition_by), "logCheckpoints": str(stream.log_checkpoints).lower()}
     if stream.run_id:
         options["runId"] = stream.run_id
-    if direct is not None:
-        schema = column_mapping.annotate(arrow_schema(df.schema), table)  # the table's column names in its files
-        files = direct(TableFiles(table_path, schema, tuple(partition_by)).options())
+    if files is not None:
         return stream.writer(files).foreachBatch(DirectBatchCommit(DeltaStreamWriter(df.schema, options))).start()
     spark.dataSource.register(DeltaSink)
     return stream.writer(df).format(FORMAT).options(**options).start()

@@ -1,12 +1,22 @@
-"""The private JVM accessors on a classic session (Spark Connect's side: test_spark_connect.py)."""
+"""The private JVM accessors on a classic session, py4j's and Delta's (Spark Connect's side:
+test_spark_connect.py)."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pathlib import Path
 
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from synclib.compat import delta_spark
 from synclib.compat import py4j as py4j_compat
 from synclib.compat import pyspark as spark_compat
+from synclib.delta import direct, log_append
+from synclib.delta.direct import TableFiles
 from synclib.delta.engine import delta_spark_available
+from synclib.delta.writer import arrow_schema
 
 
 def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> None:
@@ -30,3 +40,27 @@ def test_a_jvm_error_is_named_by_its_java_class_and_message(spark: SparkSession)
         assert py4j_compat.java_error(exc) == "java.lang.ClassNotFoundException: org.example.NotOnTheClasspath"
     else:
         raise AssertionError("Class.forName found a class that is not there")
+
+
+def test_delta_internals_commit_add_actions_written_elsewhere(spark: SparkSession, tmp_path: Path) -> None:
+    """synclib.compat.delta_spark on the session's Delta: a Delta upgrade fails the version guard
+    here first (check this module's calls against the new Delta, then raise `TESTED_VERSION`), and a
+    change of the internal API fails the commit below."""
+    jvm = spark_compat.jvm(spark, "nothing (test)")
+    assert jvm is not None
+    assert delta_spark.version_problem(jvm) is None, delta_spark.installed_version(jvm)
+    path = str(tmp_path / "table")
+    schema = StructType([StructField("n", LongType()), StructField("p", StringType())])
+    (rows,) = TableFiles(path, arrow_schema(schema), ("p",)).write([pa.record_batch({"n": [1, 2], "p": ["a", "b"]})])
+    adds = [log_append.add_json(a) for a in direct.add_actions([rows])]
+    commits = delta_spark.DeltaLogCommits(spark, jvm, path)
+    new_table = delta_spark.new_table_metadata(schema.json(), ["p"])
+
+    assert commits.commit(adds, "app", 7, "query", '{"k": 1}', new_table, check_transaction=False) == 0
+    assert commits.commit(adds, "app", 7, "query", "{}", None, check_transaction=True) is None  # committed
+
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(path).collect()) == [(1, "a"), (2, "b")]
+    (entry,) = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert (entry.operation, entry.userMetadata, entry.operationParameters["epochId"]) == (
+        "STREAMING UPDATE", '{"k": 1}', "7")
+    assert DeltaTable(path).transaction_version("app") == 7

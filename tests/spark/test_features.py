@@ -149,11 +149,11 @@ def test_auto_picks_delta_spark_for_a_table_delta_rs_refuses_and_keeps_its_row_i
 
 def test_the_features_each_engine_honours_are_delta_s(spark: SparkSession) -> None:
     """delta-spark's list is Delta's own (a Delta upgrade adding features fails here, to be
-    listed); delta-rs honours a subset of it."""
+    listed); delta-rs honours a subset of it, delta-spark's direct path one between."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     supported = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap()
     assert {f.lower() for f in HONOURED[DELTA_SPARK]} == set(supported.keySet().toSeq().mkString(",").split(","))
-    assert HONOURED[DELTA_RS] < HONOURED[DELTA_SPARK]
+    assert HONOURED[DELTA_RS] < HONOURED[features.SPARK_DIRECT] < HONOURED[DELTA_SPARK]
 
 
 def start(stream: Stream, engine: str):  # type: ignore[no-untyped-def]

@@ -2,8 +2,9 @@
 
 delta-rs tables read by Spark's Delta reader (batch, and as a streaming source downstream of
 the forwarder: every row once, compaction commits not taken for new data) and by DuckDB;
-delta-spark tables read by delta-rs and DuckDB; the forwarder switching engines on an existing
-table from the same checkpoint, exactly once.
+delta-spark tables (the row path, and the direct path: `SPARK_DIRECT`) read by delta-rs and
+DuckDB; the forwarder switching engines on an existing table from the same checkpoint, exactly
+once.
 
 DuckDB reads Delta through its `delta` extension, which DuckDB downloads at run time: no such
 download is possible here, so DuckDB reads the table's live Parquet files as delta-rs lists them
@@ -29,7 +30,7 @@ from synclib.delta.maintenance import run_pass
 from synclib.delta.table import read_arrow
 from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
-from tests.spark.test_sink import TOPIC, Stream, assert_rows, expected, lose_spark_commit
+from tests.spark.test_sink import SPARK_DIRECT, TOPIC, Stream, assert_rows, expected, lose_spark_commit
 
 COMPACT_NOW = MaintenanceConfig(min_age="0s", vacuum_retention="0s")
 # Keeps the files compaction removed (vacuum_retention: 7 days): a lagging Delta streaming reader
@@ -51,7 +52,7 @@ def pairs(offsets: dict[int, range]) -> list[tuple[int, int]]:
 
 
 def maintain(stream: Stream, options: MaintenanceConfig = COMPACT_NOW) -> None:
-    if stream.engine == DELTA_SPARK:
+    if stream.engine in (DELTA_SPARK, SPARK_DIRECT):
         spark_maintenance.run_pass(stream.spark, stream.table, options)
     else:
         run_pass(stream.table, options)
@@ -83,7 +84,7 @@ class Downstream:
         return self.spark.read.format("delta").load(self.table).select("partition", "offset")
 
 
-@pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK])
+@pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK, SPARK_DIRECT])
 def test_a_table_is_read_by_spark_streaming_downstream_with_compactions_between(
         engine: str, spark: SparkSession, s3: S3Server, tmp_path: Path) -> None:
     """Every row reaches a downstream Delta stream once: the OPTIMIZE commits (dataChange=false)
@@ -131,7 +132,7 @@ def test_a_date_partitioned_table_is_read_by_the_other_engine_and_duckdb(
     assert {r["date"].isoformat() for r in by_rs} == {"2024-01-01", "2024-01-02"}
 
 
-@pytest.mark.parametrize("first", [DELTA_RS, DELTA_SPARK])
+@pytest.mark.parametrize("first", [DELTA_RS, DELTA_SPARK, SPARK_DIRECT])
 def test_the_forwarder_switches_engines_on_an_existing_table_exactly_once(
         first: str, spark: SparkSession, tmp_path: Path) -> None:
     """Same checkpoint, same application transaction: a batch the other engine committed is
@@ -143,9 +144,9 @@ def test_the_forwarder_switches_engines_on_an_existing_table_exactly_once(
     stream.offer({0: 3, 1: 2})
     stream.run(engine=other)
     lose_spark_commit(stream.checkpoint, 1)  # a crash after the other engine's Delta commit
-    stream.run(engine=first)  # the replay of batch 1 is skipped
+    stream.run()  # `first` again: the replay of batch 1 is skipped
     stream.offer({0: 5, 1: 2})
-    stream.run(engine=first)
+    stream.run()
 
     app_id = spark_checkpoint.APP_ID_PREFIX + str(spark_checkpoint.query_id(stream.checkpoint))
     table = DeltaTable(stream.table)

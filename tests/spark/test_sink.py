@@ -3,8 +3,8 @@
 The stream comes from `EventsSource`, a deterministic in-memory Kafka-shaped source whose
 available offsets are set by a small JSON plan file, so each run is one bounded batch. The
 sink's contract is tested on both writers (`engine`: delta-rs and delta-spark, the session has
-Delta's jars) and on delta-rs's direct write path (`DIRECT`: the source's read tasks write the
-files, `DirectEventsSource`), and every table is read back by delta-rs and by Spark's Delta reader.
+Delta's jars) and on both direct write paths (`DIRECT`, `SPARK_DIRECT`: the source's read tasks
+write the files, `DirectEventsSource`), and every table is read back by delta-rs and by Spark's Delta reader.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from chispa import assert_df_equality
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -145,6 +146,8 @@ class DirectEventsSource(EventsSource):
 
 
 DIRECT = "delta-rs-direct"  # delta-rs, read tasks writing the files
+SPARK_DIRECT = "delta-spark-direct"  # delta-spark, read tasks writing the files (synclib.delta.spark_direct)
+DIRECT_ENGINES = {DIRECT: DELTA_RS, SPARK_DIRECT: DELTA_SPARK}
 
 
 class Stream:
@@ -153,6 +156,7 @@ class Stream:
 
     def __init__(self, spark: SparkSession, root: Path, engine: str = DELTA_RS, s3: S3Server | None = None) -> None:
         self.spark = spark
+        self.query: StreamingQuery | None = None  # the last run's
         self.engine = engine
         self.plan = root / "plan.json"
         self.table = self.table_dir = str(root / "table")
@@ -177,15 +181,15 @@ class Stream:
         if starting is not None:
             options["startingOffsets"] = json.dumps(starting)
         reader = self.spark.readStream.format("synclib_test_events").options(**options)
-        engine = sink.pop("engine", DELTA_RS if self.engine == DIRECT else self.engine)
+        engine = sink.pop("engine", DIRECT_ENGINES.get(self.engine, self.engine))
         direct = None
-        if self.engine == DIRECT:
+        if self.engine in DIRECT_ENGINES:
             direct = lambda table: self.spark.readStream.format("synclib_test_events_direct").options(  # noqa: E731
                 **options, **table).load()
         partition_by = tuple(sink.pop("partition_by", ()))
         target = DeltaStream(self.table, checkpoint_location or self.checkpoint, engine, partition_by,
                              trigger={"availableNow": True}, **sink)
-        query = start_delta_stream(reader.load(), target, direct=direct)
+        query = self.query = start_delta_stream(reader.load(), target, direct=direct)
         try:
             assert query.awaitTermination(TIMEOUT), "the stream did not finish in time"
             assert query.exception() is None, query.exception()
@@ -212,7 +216,7 @@ class Stream:
         return actions
 
 
-ENGINES = (DELTA_RS, DELTA_SPARK, DIRECT)
+ENGINES = (DELTA_RS, DELTA_SPARK, DIRECT, SPARK_DIRECT)
 LOCAL, S3 = "local", "s3"
 
 
@@ -285,6 +289,10 @@ def test_each_batch_is_one_commit_with_txn_and_offsets_and_a_restart_continues(
     log = stream.commit_log(1)
     assert transactions(log) == [(app_id, 1)]
     info = commit_info(log)
+    if stream.engine == SPARK_DIRECT:  # Delta's own transaction, as Delta's streaming sink commits
+        (entry,) = log["commitInfo"]
+        assert (entry["operation"], entry["operationParameters"]["epochId"]) == ("STREAMING UPDATE", "1")
+        assert entry["engineInfo"].startswith("Apache-Spark/") and entry["isBlindAppend"] is True
     assert json.loads(info["synclib.offsets"]) == {TOPIC: {"0": 5, "1": 4}}
     assert (info["synclib.batchId"], info["synclib.appId"]) == (1, app_id)
     assert info["synclib.version"]
