@@ -38,6 +38,7 @@ SPARK_MODULES = frozenset({
     "synclib.kafka.reader",  # InputPartition for the source's tasks
     "synclib.source.datasource",
     "synclib.delta.writer", "synclib.delta.spark_writer",  # the delta-rs and the delta-spark writer
+    "synclib.delta.spark_direct",  # delta-spark's direct path: the driver's commit
     "synclib.delta.engine", "synclib.delta.stream",  # choosing the writer, starting the stream
     "synclib.delta.catalog",  # tables by name and the tables the job creates, through the session's catalog
     "synclib.delta.spark_maintenance",  # Delta's own OPTIMIZE and VACUUM in the job's session
