@@ -20,7 +20,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from synclib.compat import py4j as py4j_compat
@@ -78,19 +78,23 @@ class DeltaLogCommits:
         self._log = getattr(getattr(delta, "DeltaLog$"), "MODULE$").forTable(spark._jsparkSession, path)
 
     def commit(self, actions: Sequence[Mapping[str, Any]], app_id: str, batch_id: int, query_id: str,
-               user_metadata: str, new_table: Mapping[str, Any] | None, check_transaction: bool) -> int | None:
+               user_metadata: str, new_table: Mapping[str, Any] | None, check_transaction: bool,
+               check_metadata: Callable[[Mapping[str, Any]], None]) -> int | None:
         """Commit `actions` (add actions, as the log's JSON) with `SetTransaction(app_id, batch_id)` and
         `user_metadata` in one transaction, as a streaming update of query `query_id` batch
         `batch_id`; its version. `new_table`: the `metaData` action when there is no table yet.
         `check_transaction`: first ask Delta whether `app_id` committed `batch_id` already (a
         state reconstruction of the snapshot; the commit then also conflicts with a concurrent
-        commit of that app id): None, and nothing committed, when it has."""
+        commit of that app id): None, and nothing committed, when it has. `check_metadata` gets
+        the table's `metaData` action as the transaction reads it (raising: nothing committed)."""
         jvm = self._jvm
         txn = self._log.startTransaction()
         if check_transaction and txn.txnVersion(app_id) >= batch_id:
             return None
         if new_table is not None and txn.readVersion() < 0:
             txn.updateMetadataForNewTable(self._action(new_table))
+        else:
+            check_metadata(json.loads(txn.metadata().json())["metaData"])
         now_ms = int(time.time() * 1000)
         listed = jvm.java.util.ArrayList()
         for action in [*actions, {"txn": {"appId": app_id, "version": batch_id, "lastUpdated": now_ms}}]:

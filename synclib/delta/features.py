@@ -51,7 +51,7 @@ _TABLE_FEATURES_READER, _TABLE_FEATURES_WRITER = 3, 7
 
 # What an append by synclib's Parquet files and deltalake 1.6's commit honours: features that ask
 # nothing of an append (appendOnly, changeDataFeed, deletionVectors, timestampNtz), those that ask
-# something only while in use (`_uses`), and column mapping, written with the table's physical
+# something only while in use (`uses`), and column mapping, written with the table's physical
 # names. deltalake 1.6 refuses to commit to tables with domainMetadata (so rowTracking and
 # clustering), inCommitTimestamp, typeWidening, vacuumProtocolCheck and allowColumnDefaults; it
 # commits to v2Checkpoint tables but writes classic checkpoints, so synclib refuses those too.
@@ -103,7 +103,7 @@ class TableFeatures:
         required |= set(protocol.writer_features or ()) | set(protocol.reader_features or ())
         metadata = table.metadata()
         return cls(path, frozenset(required),
-                   frozenset(_uses(metadata.configuration, json.loads(table.schema().to_json()))) & required)
+                   frozenset(uses(metadata.configuration, json.loads(table.schema().to_json()))) & required)
 
     def refused_by(self, engine: str) -> list[str]:
         """The features `engine`'s writer does not honour, sorted; empty when it may write."""
@@ -136,7 +136,7 @@ def _fields(fields: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
             data_type = data_type.get("elementType") or data_type.get("valueType")
 
 
-def _uses(configuration: Mapping[str, str | None], schema: Mapping[str, Any]) -> Iterator[str]:
+def uses(configuration: Mapping[str, str | None], schema: Mapping[str, Any]) -> Iterator[str]:
     """The features the table uses in a way an append must compute or enforce."""
     if any(key.startswith("delta.constraints.") for key in configuration):
         yield "checkConstraints"

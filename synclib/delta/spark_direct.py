@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame, SparkSession
 
 from synclib import spark_checkpoint
@@ -39,6 +40,7 @@ from synclib.delta.table import current_table, holds_batch, open_table
 from synclib.errors import first_line
 
 logger = logging.getLogger(__name__)
+
 
 def commits_for(spark: SparkSession, path: str, table: DeltaTable | None) -> delta_spark.DeltaLogCommits | None:
     """Delta's commits of the table at `path` (`table`: it opened; None: none yet) for the direct
@@ -105,8 +107,20 @@ class DeltaSparkDirectCommit:
         query_id = app_id.removeprefix(spark_checkpoint.APP_ID_PREFIX)
         version = retrying_conflicts(  # a retry that finds the batch committed (None): by its first attempt
             lambda attempt: self._commits.commit(actions, app_id, batch_id, query_id, user_metadata, new_table,
-                                                 check_transaction=attempt > 1),
+                                                 check_transaction=attempt > 1,
+                                                 check_metadata=lambda metadata: self._check(metadata, files)),
             batch_id, app_id)
         self._committed = batch_id
         logger.debug("batch %d of %s: %d files committed to %s (version %s)", batch_id, app_id, len(files),
                      self._path, version)
+
+    def _check(self, metadata: Mapping[str, Any], files: list[AddAction]) -> None:
+        """Before the commit, on the table as Delta's transaction reads it: a CHECK constraint,
+        invariant, generated or identity column the files do not enforce, added while the job ran,
+        refuses the batch (its files deleted, nothing committed; a restart takes the row path)."""
+        in_use = sorted(set(features.uses(metadata.get("configuration") or {}, json.loads(metadata["schemaString"]))))
+        if in_use:
+            parquet.delete_files(self._path, files)
+            raise features.UnwritableTable(
+                f"table {self._path} now uses {', '.join(in_use)}, which the files of delta-spark's direct path do "
+                f"not enforce: nothing of the batch was committed; a restart writes it with Spark's Delta writer")

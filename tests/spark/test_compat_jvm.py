@@ -56,8 +56,10 @@ def test_delta_internals_commit_add_actions_written_elsewhere(spark: SparkSessio
     commits = delta_spark.DeltaLogCommits(spark, jvm, path)
     new_table = delta_spark.new_table_metadata(schema.json(), ["p"])
 
-    assert commits.commit(adds, "app", 7, "query", '{"k": 1}', new_table, check_transaction=False) == 0
-    assert commits.commit(adds, "app", 7, "query", "{}", None, check_transaction=True) is None  # committed
+    assert commits.commit(adds, "app", 7, "query", '{"k": 1}', new_table, check_transaction=False,
+                          check_metadata=lambda metadata: None) == 0
+    assert commits.commit(adds, "app", 7, "query", "{}", None, check_transaction=True,
+                          check_metadata=lambda metadata: None) is None  # committed
 
     assert sorted(tuple(r) for r in spark.read.format("delta").load(path).collect()) == [(1, "a"), (2, "b")]
     (entry,) = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()

@@ -28,8 +28,10 @@ from synclib.settings.job import MaintenanceConfig
 from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import (
     DIRECT,
+    DIRECT_ENGINES,
     ENGINES,
     KAFKA_SCHEMA,
+    SPARK_DIRECT,
     Stream,
     assert_rows,
     event,
@@ -160,10 +162,10 @@ def start(stream: Stream, engine: str):  # type: ignore[no-untyped-def]
     """The stream's query, running on a processing-time trigger (not waited for)."""
     reader = stream.spark.readStream.format("synclib_test_events").option("plan", str(stream.plan))
     direct = None
-    if engine == DIRECT:
+    if engine in DIRECT_ENGINES:
         direct = lambda table: stream.spark.readStream.format("synclib_test_events_direct").options(  # noqa: E731
             plan=str(stream.plan), **table).load()
-    target = DeltaStream(stream.table, stream.checkpoint, DELTA_RS if engine == DIRECT else engine,
+    target = DeltaStream(stream.table, stream.checkpoint, DIRECT_ENGINES.get(engine, engine),
                          trigger={"processingTime": "100 milliseconds"})
     return start_delta_stream(reader.load(), target, direct=direct)
 
@@ -196,6 +198,28 @@ def test_features_enabled_on_a_running_table_are_honoured_or_refuse_the_next_bat
     stream.run(engine=DELTA_SPARK)  # the refused batch, on an engine that honours the table
 
     assert_rows(stream, {0: range(6)})
+
+
+def test_a_constraint_added_while_delta_spark_s_direct_path_runs_refuses_the_next_batch(
+        spark: SparkSession, tmp_path: Path) -> None:
+    stream = Stream(spark, tmp_path, SPARK_DIRECT)
+    stream.offer({0: 2})
+    query = start(stream, SPARK_DIRECT)
+    try:
+        wait_until(lambda: DeltaTable.is_deltatable(stream.table), 120, "the first batch")
+        spark.sql(f"ALTER TABLE delta.`{stream.table}` ADD CONSTRAINT known_partition CHECK (`partition` < 8)")
+        version, files = DeltaTable(stream.table).version(), parquet_files(stream.table)
+        stream.offer({0: 4})
+        wait_until(lambda: not query.isActive, 120, "the query to refuse the batch")
+        refused = features.unwritable_in(str(query.exception()))
+        assert refused is not None and "now uses checkConstraints" in refused, query.exception()
+    finally:
+        query.stop()
+    assert DeltaTable(stream.table).version() == version and parquet_files(stream.table) == files
+
+    stream.run()  # the refused batch, by Spark's Delta writer (the direct path refuses the table now)
+
+    assert_rows(stream, {0: range(4)})
 
 
 def test_table_features_of_legacy_protocols(spark: SparkSession, tmp_path: Path) -> None:
