@@ -294,7 +294,7 @@ SECRET = "hunter2-do-not-log"
 BAD_CONFIGS = [  # (edit of a valid config, extra arguments, what the message must name)
     pytest.param(_set("sorce", {"subscribe": "x"}), (), "sorce: unknown key", id="unknown-section"),
     pytest.param(_set("sink.pth", "x"), (), "sink.pth: unknown key", id="unknown-key"),
-    pytest.param(_drop("sink.path"), (), "sink.path: missing required key", id="missing-key"),
+    pytest.param(_drop("sink.path"), (), "sink.path: set exactly one of sink.path and sink.table", id="missing-key"),
     pytest.param(_drop("checkpoint"), (), "checkpoint: missing required section", id="missing-section"),
     pytest.param(_set("source.max_offsets_per_trigger", "lots"), (),
                  "source.max_offsets_per_trigger: expected a positive integer", id="wrong-type"),
