@@ -64,3 +64,10 @@ def limit_rows(
         rows = math.ceil(share) if share < 1 else math.floor(share)
         limited[tp] = min(end[tp], start[tp] + rows)
     return limited
+
+
+def has_work(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]) -> bool:
+    """Whether a batch from `start` to `end` moves any partition (Spark runs it then)."""
+    return any(start.get(tp) != offset for tp, offset in end.items())
+
+
