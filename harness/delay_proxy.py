@@ -24,62 +24,30 @@ import threading
 import time
 from pathlib import Path
 
+from harness.loopback_proxy import LoopbackProxy
 from synclib.embedded.broker import LOOPBACK, free_port, terminate, tied_to_this_process, wait_for_port
 
 _CHUNK = 1 << 16
-_ACCEPT_POLL_S = 0.2  # how soon `stop` is noticed by the accepting thread
 
 
-class DelayProxy:
+class DelayProxy(LoopbackProxy):
     """`127.0.0.1:<port>` forwarding to `127.0.0.1:<target_port>`, each request held `delay_s`."""
 
+    name = "delay-proxy"
+
     def __init__(self, target_port: int, delay_s: float, port: int = 0) -> None:
-        self.target_port, self.delay_s = target_port, delay_s
-        self._listener = socket.create_server((LOOPBACK, port))
-        self._listener.settimeout(_ACCEPT_POLL_S)
-        self.port: int = self._listener.getsockname()[1]
-        self._stopping = threading.Event()
-        self._sockets: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._acceptor = threading.Thread(target=self._accept, name="delay-proxy", daemon=True)
+        super().__init__(target_port, port)
+        self.delay_s = delay_s
 
-    def start(self) -> DelayProxy:
-        self._acceptor.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopping.set()
-        self._acceptor.join(timeout_s)
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-
-    def __enter__(self) -> DelayProxy:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _accept(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            server = socket.create_connection((LOOPBACK, self.target_port), timeout=30)
-            for sock in (client, server):
-                sock.settimeout(None)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._sockets |= {client, server}
-            answered = threading.Event()
-            answered.set()  # a new connection's first bytes are a request
-            threading.Thread(target=self._pump, args=(client, server, answered, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, answered, False), daemon=True).start()
+    def serve(self, client: socket.socket) -> None:
+        server = self.connect(30)
+        for sock in (client, server):
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answered = threading.Event()
+        answered.set()  # a new connection's first bytes are a request
+        threading.Thread(target=self._pump, args=(server, client, answered, False), daemon=True).start()
+        self._pump(client, server, answered, True)
 
     def _pump(self, source: socket.socket, target: socket.socket, answered: threading.Event,
               requests: bool) -> None:
@@ -98,9 +66,7 @@ class DelayProxy:
             for sock in (source, target):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-            with self._lock:
-                self._sockets -= {source, target}
-            source.close()
+            self.forget(source)
 
 
 class DelayProxyProcess:

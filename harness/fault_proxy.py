@@ -24,17 +24,15 @@ import contextlib
 import re
 import socket
 import struct
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from synclib.embedded.broker import LOOPBACK
+from harness.loopback_proxy import LoopbackProxy
 
 SLOW_DOWN, INTERNAL, RESET_BEFORE, RESET_AFTER, DELAY = "slow-down", "internal", "reset-before", "reset-after", "delay"
 FAULTS = (SLOW_DOWN, INTERNAL, RESET_BEFORE, RESET_AFTER, DELAY)
 IDLE_S = 120.0
-_ACCEPT_POLL_S = 0.2
 _ERRORS = {SLOW_DOWN: (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
            INTERNAL: (500, "Internal Server Error", "InternalError", "We encountered an internal error.")}
 
@@ -121,24 +119,16 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
-@dataclass
-class FaultProxy:
+class FaultProxy(LoopbackProxy):
     """`127.0.0.1:<port>` in front of `127.0.0.1:<target_port>` (use with `S3Server.behind(port)`)."""
 
-    target_port: int
-    delay_s: float = 2.0
-    injected: list[tuple[str, str, str]] = field(default_factory=list)  # (fault, method, bucket/key)
-    port: int = 0
+    name = "fault-proxy"
 
-    def __post_init__(self) -> None:
-        self._listener = socket.create_server((LOOPBACK, self.port))
-        self._listener.settimeout(_ACCEPT_POLL_S)
-        self.port = self._listener.getsockname()[1]
+    def __init__(self, target_port: int, delay_s: float = 2.0, port: int = 0) -> None:
+        super().__init__(target_port, port)
+        self.delay_s = delay_s
+        self.injected: list[tuple[str, str, str]] = []  # (fault, method, bucket/key)
         self._rules: list[_Rule] = []
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._sockets: set[socket.socket] = set()
-        self._acceptor = threading.Thread(target=self._accept, name="fault-proxy", daemon=True)
 
     def inject(self, fault: str, count: int = 1, method: str | None = None, key: str | None = None) -> None:
         """Give `fault` to the next `count` requests of `method` (any) whose bucket/key matches the
@@ -171,41 +161,10 @@ class FaultProxy:
                     return rule.fault
         return None
 
-    def start(self) -> FaultProxy:
-        self._acceptor.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopping.set()
-        self._acceptor.join(timeout_s)
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _accept(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            client.settimeout(IDLE_S)
-            with self._lock:
-                self._sockets.add(client)
-            threading.Thread(target=self._serve, args=(client,), name="fault-proxy-connection", daemon=True).start()
-
-    def _serve(self, client_sock: socket.socket) -> None:
+    def serve(self, client_sock: socket.socket) -> None:
         """Pass the connection's requests one at a time, each to a server connection of its own kept
         while the client's is."""
+        client_sock.settimeout(IDLE_S)
         client = _Connection(client_sock)
         server: _Connection | None = None
         try:
@@ -250,18 +209,12 @@ class FaultProxy:
         except (OSError, ConnectionError, ValueError):
             pass
         finally:
-            for sock in (client_sock, server.sock if server is not None else None):
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.close()
-                    with self._lock:
-                        self._sockets.discard(sock)
+            self.forget(client_sock)
+            if server is not None:
+                self.forget(server.sock)
 
     def _connect(self) -> _Connection:
-        sock = socket.create_connection((LOOPBACK, self.target_port), timeout=IDLE_S)
-        with self._lock:
-            self._sockets.add(sock)
-        return _Connection(sock)
+        return _Connection(self.connect(IDLE_S))
 
     @staticmethod
     def _answer(server: _Connection, method: str) -> tuple[bytes, bool]:
