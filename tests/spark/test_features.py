@@ -12,13 +12,16 @@ on an engine that honours it writes exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.delta import column_mapping, features
 from synclib.delta.features import HONOURED, TableFeatures, UnwritableTable
@@ -158,8 +161,10 @@ def test_the_features_each_engine_honours_are_delta_s(spark: SparkSession) -> No
     assert HONOURED[DELTA_RS] < HONOURED[features.SPARK_DIRECT] < HONOURED[DELTA_SPARK]
 
 
-def start(stream: Stream, engine: str):  # type: ignore[no-untyped-def]
-    """The stream's query, running on a processing-time trigger (not waited for)."""
+@contextlib.contextmanager
+def running(stream: Stream, engine: str) -> Iterator[StreamingQuery]:
+    """The stream's query on a processing-time trigger, once its first batch made the table;
+    stopped on leaving."""
     reader = stream.spark.readStream.format("synclib_test_events").option("plan", str(stream.plan))
     direct = None
     if engine in DIRECT_ENGINES:
@@ -167,7 +172,26 @@ def start(stream: Stream, engine: str):  # type: ignore[no-untyped-def]
             plan=str(stream.plan), **table).load()
     target = DeltaStream(stream.table, stream.checkpoint, DIRECT_ENGINES.get(engine, engine),
                          trigger={"processingTime": "100 milliseconds"})
-    return start_delta_stream(reader.load(), target, direct=direct)
+    query = start_delta_stream(reader.load(), target, direct=direct)
+    try:
+        wait_until(lambda: DeltaTable.is_deltatable(stream.table), 120, "the first batch")
+        yield query
+    finally:
+        query.stop()
+
+
+def refused_next_batch(stream: Stream, query: StreamingQuery, alter: str, end: int) -> str:
+    """`ALTER TABLE <the stream's table> <alter>` under the running `query`, then data up to `end`
+    in partition 0: the query stops, refusing the batch with nothing committed and no file left;
+    the refusal's line."""
+    stream.spark.sql(f"ALTER TABLE delta.`{stream.table}` {alter}")
+    version, files = DeltaTable(stream.table).version(), parquet_files(stream.table)
+    stream.offer({0: end})
+    wait_until(lambda: not query.isActive, 120, "the query to refuse the batch")
+    refused = features.unwritable_in(str(query.exception()))
+    assert refused is not None, query.exception()
+    assert DeltaTable(stream.table).version() == version and parquet_files(stream.table) == files
+    return refused
 
 
 @pytest.mark.parametrize("engine", [DELTA_RS, DIRECT])
@@ -175,25 +199,15 @@ def test_features_enabled_on_a_running_table_are_honoured_or_refuse_the_next_bat
         spark: SparkSession, tmp_path: Path, engine: str) -> None:
     stream = Stream(spark, tmp_path, engine)
     stream.offer({0: 2})
-    query = start(stream, engine)
-    try:
-        wait_until(lambda: DeltaTable.is_deltatable(stream.table), 120, "the first batch")
+    with running(stream, engine) as query:
         # Column mapping on a running table: the columns keep their names as physical names.
         spark.sql(f"ALTER TABLE delta.`{stream.table}` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
         stream.offer({0: 4})
         wait_until(lambda: sorted(r.offset for r in stream.spark_rows().collect()) == [0, 1, 2, 3], 120,
                    "the batch after column mapping was enabled")
         # Row tracking on a running table: delta-rs must not commit the next batch.
-        spark.sql(f"ALTER TABLE delta.`{stream.table}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
-        version, files = DeltaTable(stream.table).version(), parquet_files(stream.table)
-        stream.offer({0: 6})
-        wait_until(lambda: not query.isActive, 120, "the query to refuse the batch")
-        error = query.exception()
-        assert error is not None and features.unwritable_in(str(error)) is not None, error
-        assert "(domainMetadata, rowTracking)" in (features.unwritable_in(str(error)) or "")
-    finally:
-        query.stop()
-    assert DeltaTable(stream.table).version() == version and parquet_files(stream.table) == files
+        refused = refused_next_batch(stream, query, "SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')", 6)
+        assert "(domainMetadata, rowTracking)" in refused
 
     stream.run(engine=DELTA_SPARK)  # the refused batch, on an engine that honours the table
 
@@ -204,18 +218,9 @@ def test_a_constraint_added_while_delta_spark_s_direct_path_runs_refuses_the_nex
         spark: SparkSession, tmp_path: Path) -> None:
     stream = Stream(spark, tmp_path, SPARK_DIRECT)
     stream.offer({0: 2})
-    query = start(stream, SPARK_DIRECT)
-    try:
-        wait_until(lambda: DeltaTable.is_deltatable(stream.table), 120, "the first batch")
-        spark.sql(f"ALTER TABLE delta.`{stream.table}` ADD CONSTRAINT known_partition CHECK (`partition` < 8)")
-        version, files = DeltaTable(stream.table).version(), parquet_files(stream.table)
-        stream.offer({0: 4})
-        wait_until(lambda: not query.isActive, 120, "the query to refuse the batch")
-        refused = features.unwritable_in(str(query.exception()))
-        assert refused is not None and "now uses checkConstraints" in refused, query.exception()
-    finally:
-        query.stop()
-    assert DeltaTable(stream.table).version() == version and parquet_files(stream.table) == files
+    with running(stream, SPARK_DIRECT) as query:
+        refused = refused_next_batch(stream, query, "ADD CONSTRAINT known_partition CHECK (`partition` < 8)", 4)
+        assert "now uses checkConstraints" in refused
 
     stream.run()  # the refused batch, by Spark's Delta writer (the direct path refuses the table now)
 
