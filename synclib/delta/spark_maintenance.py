@@ -1,7 +1,9 @@
 """Table maintenance with Delta's own commands, for `sink.engine: delta-spark`.
 
 The same pass as `synclib.delta.maintenance.run_pass`, done by Delta itself in the job's Spark
-session, so the history holds Delta's own `OPTIMIZE` and `VACUUM START`/`VACUUM END`:
+session, so the history holds Delta's own `OPTIMIZE` and `VACUUM START`/`VACUUM END`. Only those
+are Spark jobs (they compete with the batches for the cores): what the pass reads of the table
+(its properties, the due partitions, the version and live files after it) delta-rs reads from the log.
 
 - `OPTIMIZE ... WHERE <the due partitions>`: the partitions `maintenance.due_partitions` picks
   (read with delta-rs, which has each file's age: Delta's OPTIMIZE selects by partition only),
@@ -75,8 +77,9 @@ def _first_row(spark: SparkSession, statement: str) -> Row:
     return row
 
 
-def _set_properties(spark: SparkSession, table: str, options: MaintenanceConfig) -> None:
-    current = _first_row(spark, f"DESCRIBE DETAIL {table}")["properties"] or {}
+def _set_properties(spark: SparkSession, table: str, rs_table: DeltaTable, options: MaintenanceConfig) -> None:
+    """Set the properties `options` want that the table (as `rs_table` read it) lacks."""
+    current = rs_table.metadata().configuration
     wanted = table_properties(options)
     changed = {k: v for k, v in wanted.items() if current.get(k) != v}
     if changed:
@@ -94,7 +97,7 @@ def _pass(spark: SparkSession, path: str, options: MaintenanceConfig, rs_table: 
           report: PassReport) -> None:
     fit_delta_to_local_master(spark)
     table = f"delta.`{normalize_location(path)}`"
-    _set_properties(spark, table, options)
+    _set_properties(spark, table, rs_table, options)
     due, report.deferred_files, everything = due_partitions(rs_table, options, now)
     if due:
         spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(options.target_file_size))
@@ -111,9 +114,8 @@ def _pass(spark: SparkSession, path: str, options: MaintenanceConfig, rs_table: 
     if candidates:
         spark.sql(vacuum).collect()
         report.vacuumed_files = candidates
+    rs_table.update_incremental()  # the pass's own commits, read from the log (not a Spark job each)
     if options.log_cleanup:
-        rs_table.update_incremental()
         cleanup_log(rs_table, options, now, report)
-    detail = _first_row(spark, f"DESCRIBE DETAIL {table}")
-    report.live_files = int(detail["numFiles"])
-    report.version = int(_first_row(spark, f"DESCRIBE HISTORY {table} LIMIT 1")["version"])
+    report.version = rs_table.version()
+    report.live_files = len(rs_table.file_uris())
