@@ -30,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from deltalake import DeltaTable
 from benchmarks import records
 from harness import procmem
 from harness.crash_harness import CrashHarness, Tally
-from harness.job_files import MAINTENANCE
+from harness.job_files import DELTA_COMMITTED, MAINTENANCE
 from harness.job_world import JobRun, KafkaWorld
 from harness.object_store import S3Server
 from synclib.background import BackgroundThread
@@ -77,6 +77,7 @@ class SoakReport:
     versions: int
     maintenance_passes: int
     kill_windows: dict[str, int]  # where the kills landed (`harness.job_files.WINDOWS`)
+    replays: int  # delta-committed kills whose batch the restarted job ran again
     table: str  # the job's table location
     first: Window
     last: Window
@@ -174,22 +175,27 @@ def _runs_forwarder_in_python(pid: int) -> bool:
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
          log: Any = print, engine: str = "delta-rs", min_passes: int = 0, store: S3Server | None = None,
-         **maintenance: Any) -> SoakReport:
+         create_table: Callable[[str], None] | None = None, **maintenance: Any) -> SoakReport:
     """Run the soak in `directory` with `sink.engine: engine`, the table and the checkpoint in a
     bucket of `store` if given; `maintenance` overrides keys of `sink.maintenance`. The last run
     goes on past `seconds` until the runs have reported `min_passes` maintenance passes (at most
-    `seconds` more): how many fit in the time depends on the machine. With delta-spark the kills
-    land wherever the job is: the harness cannot tell the files of Delta's OPTIMIZE from a
-    batch's before they are committed."""
+    `seconds` more): how many fit in the time depends on the machine. `create_table(location)` runs
+    before the first run (a table made by Spark with its features, say). The second kill (the only
+    one, of one) lands in a window: with delta-rs inside a maintenance commit; with delta-spark
+    between a batch's Delta commit and Spark's (the harness cannot tell the files of Delta's
+    OPTIMIZE from a batch's before they are committed); the others wherever the job is."""
     settings = {"interval": "30s", "min_age": "30s", "target_file_size_mb": 64, "vacuum_retention": "5m",
                 **maintenance}
     kill_at = KILL_AT[:kills] if kills <= len(KILL_AT) else [0.3 + 0.3 * i / kills for i in range(kills)]
-    targets = [MAINTENANCE if (i == 1 or kills == 1) and engine == "delta-rs" else None for i in range(kills)]
+    window = MAINTENANCE if engine == DELTA_RS else DELTA_COMMITTED
+    targets = [window if i == 1 or kills == 1 else None for i in range(kills)]
     with KafkaWorld(rate=rate, event_bytes=event_bytes, partitions=4) as world:
         harness = CrashHarness(world, directory, seed=1, log=log, store=store,
                                sink={"engine": engine, "maintenance": settings},
                                trigger={"min_interval": "1s"},
                                logging={"level": "INFO", "progress": True, "progress_interval": "1s"})
+        if create_table is not None:
+            create_table(harness.table)
         started, started_monotonic = time.time(), time.monotonic()
         broker_pid = world.broker.pid if world.broker is not None else None
         with _Sampler(harness.files.checkpoint, broker_pid, started, seconds) as sampler:
@@ -232,8 +238,8 @@ def _report(tally: Tally, table: DeltaTable, location: str, seconds: float, rate
         gaps=final.gaps + sum(v.gaps for v in tally.at_kills),
         beyond_leader=final.beyond + sum(v.beyond for v in tally.at_kills) + tally.planned_beyond,
         rows=final.rows, live_files=len(table.file_uris()), versions=table.version() + 1,
-        maintenance_passes=passes, kill_windows=dict(tally.kills), table=location, first=sampler.window("first"),
-        last=sampler.window("last"), harness=tally.report())
+        maintenance_passes=passes, kill_windows=dict(tally.kills), replays=tally.replays, table=location,
+        first=sampler.window("first"), last=sampler.window("last"), harness=tally.report())
 
 
 def _sleep_until(moment: float, job: JobRun | None) -> None:

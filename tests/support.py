@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import Producer
 
@@ -14,7 +14,11 @@ from harness.job_world import wait_for
 from synclib.kafka.admin import KafkaMetadata
 from synclib.kafka.subscription import Subscription
 from synclib.leader.commitlog import Commit, encode_commit
+from synclib.schema import output_schema
 from tests import librdkafka
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 T = TypeVar("T")
 
@@ -82,3 +86,14 @@ def waiting_for_lock(path: Path) -> bool:
     return any(fields[1:3] == ["->", "FLOCK"] and fields[6] == file
                for fields in (line.split() for line in Path("/proc/locks").read_text().splitlines())
                if len(fields) > 6)
+
+
+def create_table(spark: SparkSession, location: str, clause: str = "", include_headers: bool = False) -> None:
+    """An empty Delta table at `location` with the source's columns (`headers` too if
+    `include_headers`), created by Spark's Delta writer with `clause` (`TBLPROPERTIES (...)`,
+    `PARTITIONED BY ...`), as a Spark or Databricks user creates the table a job is pointed at."""
+    from synclib.compat import pyspark as spark_compat
+
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                        for f in spark_compat.from_arrow_schema(output_schema(include_headers)).fields)
+    spark.sql(f"CREATE TABLE delta.`{location}` ({columns}) USING delta {clause}")

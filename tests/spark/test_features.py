@@ -33,7 +33,6 @@ from tests.spark.test_sink import (
     DIRECT,
     DIRECT_ENGINES,
     ENGINES,
-    KAFKA_SCHEMA,
     SPARK_DIRECT,
     Stream,
     assert_rows,
@@ -41,15 +40,14 @@ from tests.spark.test_sink import (
     lose_spark_commit,
     parquet_files,
 )
-from tests.support import wait_until
+from tests.support import create_table, wait_until
 
-COLUMNS = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in KAFKA_SCHEMA.fields)
 ROW_TRACKING = "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
 
 
 def create(stream: Stream, clause: str) -> None:
     """The stream's table, created empty by Spark's Delta writer with `clause`."""
-    stream.spark.sql(f"CREATE TABLE delta.`{stream.table}` ({COLUMNS}) USING delta {clause}")
+    create_table(stream.spark, stream.table, clause, include_headers=True)
 
 
 def duckdb_values(table: str) -> list[tuple[int, int, bytes]]:
