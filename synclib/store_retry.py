@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,12 +37,12 @@ DEADLINE_S = 60.0  # an S3 throttling episode or a node's restart passes in seco
 ATTEMPTS = 10
 FIRST_BACKOFF_S = 0.1  # object_store's and the AWS SDKs' first backoff
 MAX_BACKOFF_S = 15.0  # object_store's cap (the AWS SDKs': 20 s)
-# What a message of obstore (object_store), deltalake, pyarrow or S3A says of a transient failure,
-# in order: the first match names the kind.
+# What a message of obstore (object_store), deltalake, pyarrow (the AWS C++ SDK's error names) or S3A
+# says of a transient failure, in order: the first match names the kind.
 _KINDS = (
-    ("slow-down", re.compile(r"SlowDown|Slow Down|Throttl|\b429\b|TooManyRequests")),
-    ("503", re.compile(r"\b503\b|Service Unavailable")),
-    ("5xx", re.compile(r"status code: 5\d\d|\b50[0-24-9] [A-Z]|InternalError|AWSStatus500")),
+    ("slow-down", re.compile(r"SlowDown|Slow Down|SLOW_DOWN|Throttl|THROTTL|\b429\b|TooManyRequests")),
+    ("503", re.compile(r"\b503\b|Service Unavailable|SERVICE_UNAVAILABLE")),
+    ("5xx", re.compile(r"status code: 5\d\d|\b50[0-24-9] [A-Z]|InternalError|INTERNAL_FAILURE|AWSStatus500")),
     ("timeout", re.compile(r"[Tt]imed? ?out|kind: Timeout")),
     ("connection", re.compile(r"error sending request|kind: (Interrupted|Connect|Request)|[Cc]onnection "
                               r"(reset|refused|closed|aborted)|[Bb]roken pipe|Unable to execute HTTP request")),
@@ -126,9 +126,10 @@ def _short(error: BaseException) -> str:
     return text[:300].rstrip(": ")
 
 
-def send(store: str, request: str, call: Callable[[], T], policy: RetryPolicy | None = None) -> T:
-    """`call()` (one request `request` to `store`), retried on transient failures under `policy`
-    (default: the job's, `RetryPolicy.of()`); past it `ObjectStoreUnavailable`."""
+def send(store: str, request: str, call: Callable[[], T], policy: RetryPolicy | None = None,
+         kinds: Collection[str] | None = None) -> T:
+    """`call()` (one request `request` to `store`), retried on transient failures (of `kinds` only,
+    when given) under `policy` (default: the job's, `RetryPolicy.of()`); past it `ObjectStoreUnavailable`."""
     policy = RetryPolicy.of() if policy is None else policy
     started = time.monotonic()
     attempt = 0
@@ -137,7 +138,7 @@ def send(store: str, request: str, call: Callable[[], T], policy: RetryPolicy | 
             return call()
         except Exception as error:
             kind = transient_kind(error)
-            if kind is None:
+            if kind is None or (kinds is not None and kind not in kinds):
                 raise
             attempt += 1
             with _lock:

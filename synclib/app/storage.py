@@ -3,11 +3,15 @@
 `check_storage` lists each `s3://`/`s3a://` location (the table, the dead-letter table, the
 checkpoint) with the `storage.s3` settings and raises `StorageUnavailable`, one line naming the
 location and the setting to check, when the server cannot be reached or refuses the
-credentials. `synclib.app.session.use_storage` then sets the same settings for the session.
+credentials. A server that answers but is throttling or failing (503 SlowDown, 5xx) is asked again
+under the job's retry policy (`storage.s3.retry_deadline`), as the job's own requests are; a
+server that cannot be reached at all is reported at once (most often a wrong endpoint).
+`synclib.app.session.use_storage` then sets the same settings for the session.
 """
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import urlsplit
 
 from pyarrow import fs
@@ -15,8 +19,10 @@ from pyarrow import fs
 from synclib.locations import s3_filesystem
 from synclib.settings import ForwarderConfig
 from synclib.settings.storage import is_s3
+from synclib.store_retry import ObjectStoreUnavailable, RetryPolicy, send
 
 DEFAULT_TIMEOUT_S = 10.0
+ANSWERED = ("slow-down", "503", "5xx")  # failures the check retries: the server is there, and busy
 
 
 class StorageUnavailable(RuntimeError):
@@ -44,11 +50,17 @@ def check_storage(config: ForwarderConfig, timeout_s: float = DEFAULT_TIMEOUT_S)
     variables = s3.environment()
     filesystem = s3_filesystem(variables, timeout_s)
     endpoint = variables.get("AWS_ENDPOINT_URL", "AWS S3")
+    policy = RetryPolicy.of(variables)
     for setting, location in locations.items():
         parts = urlsplit(location)
+        prefix = f"{parts.netloc}{parts.path}".rstrip("/")
         try:
-            filesystem.get_file_info(fs.FileSelector(f"{parts.netloc}{parts.path}".rstrip("/"), allow_not_found=True))
-            bucket = filesystem.get_file_info(parts.netloc).type
+            send(endpoint, f"LIST {location}", functools.partial(
+                filesystem.get_file_info, fs.FileSelector(prefix, allow_not_found=True)), policy, ANSWERED)
+            bucket = send(endpoint, f"HEAD {parts.netloc}", functools.partial(filesystem.get_file_info, parts.netloc),
+                          policy, ANSWERED).type
+        except ObjectStoreUnavailable as exc:
+            raise StorageUnavailable(f"cannot list {location} ({setting}): {exc}") from None
         except OSError as exc:
             raise StorageUnavailable(
                 f"cannot list {location} ({setting}) at {endpoint}: {_cause(exc)}; check "

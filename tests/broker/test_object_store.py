@@ -22,6 +22,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable, write_deltalake
 
+from harness.fault_proxy import INTERNAL, SLOW_DOWN, FaultProxy
 from harness.object_store import S3Server
 from synclib.app.storage import StorageUnavailable, check_storage
 from synclib.embedded.broker import free_port
@@ -140,6 +141,24 @@ def test_the_job_checks_its_locations_before_spark_starts(s3_server: S3Server) -
 
     with pytest.raises(StorageUnavailable, match=r"bucket 'no-such-bucket' does not exist .*; check sink\.path$"):
         check_storage(job_config(settings, "no-such-bucket"))
+
+
+def test_the_check_asks_a_busy_server_again_within_the_retry_deadline(
+        faulty_s3: tuple[S3Server, FaultProxy]) -> None:
+    """A throttling or failing server (503 SlowDown, 500) does not stop the job before it starts:
+    the check asks again under `storage.s3.retry_deadline`, past which it says so in one line."""
+    server, proxy = faulty_s3
+    bucket = server.bucket()
+    proxy.inject(SLOW_DOWN, count=2, method="GET")
+    check_storage(job_config(server.storage_settings(), bucket))  # nothing to say
+    assert len(proxy.faults(SLOW_DOWN)) == 2
+
+    proxy.outage(INTERNAL, 60)
+    with pytest.raises(StorageUnavailable) as failed:
+        check_storage(job_config({**server.storage_settings(), "retry_deadline": "2s"}, bucket))
+    message = str(failed.value)
+    assert message.startswith(f"cannot list s3://{bucket}/events (sink.path): object store unavailable: "), message
+    assert "\n" not in message and "storage.s3.retry_deadline" in message and len(proxy.faults(INTERNAL)) > 1
 
 
 def test_the_dead_letter_commands_check_the_locations_before_spark_starts(s3_server: S3Server, tmp_path: Path) -> None:

@@ -58,6 +58,9 @@ def test_only_transient_failures_are_retried() -> None:
                                        "<Error><Code>SlowDown</Code>")) == "slow-down"
     assert transient_kind(RuntimeError("status code: 503 Service Unavailable")) == "503"
     assert transient_kind(RuntimeError("status code: 500 Internal Server Error")) == "5xx"
+    # pyarrow's S3 filesystem: the AWS C++ SDK's error names
+    assert transient_kind(OSError("AWS Error SLOW_DOWN during ListObjectsV2 operation")) == "slow-down"
+    assert transient_kind(OSError("AWS Error INTERNAL_FAILURE during ListObjectsV2 operation")) == "5xx"
     assert transient_kind(RuntimeError("HTTP error: error sending request Debug source: ...")) == "connection"
     assert transient_kind(ConnectionResetError()) == "connection"
     assert transient_kind(RuntimeError("operation timed out")) == "timeout"
