@@ -32,7 +32,6 @@ from synclib.settings.values import AUTO, DELTA_RS, DELTA_SPARK
 from tests.spark.test_sink import (
     DIRECT,
     DIRECT_ENGINES,
-    ENGINES,
     SPARK_DIRECT,
     Stream,
     assert_rows,
@@ -67,7 +66,8 @@ def values(offsets: dict[int, range]) -> list[tuple[int, int, bytes]]:
     return sorted((p, o, event(p, o)[1]) for p, span in offsets.items() for o in span)
 
 
-@pytest.mark.parametrize("engine, mode", [*((engine, "name") for engine in ENGINES), (DIRECT, "id")])
+# Every synclib writer of Parquet files (Spark's own Delta writer, delta-spark's row path, is Delta's).
+@pytest.mark.parametrize("engine, mode", [(DELTA_RS, "name"), (DIRECT, "name"), (SPARK_DIRECT, "name"), (DIRECT, "id")])
 def test_a_column_mapped_table_is_written_with_its_physical_names(
         spark: SparkSession, tmp_path: Path, engine: str, mode: str) -> None:
     stream = Stream(spark, tmp_path, engine)
@@ -104,11 +104,7 @@ def test_a_column_mapped_partitioned_table_keys_its_partition_values_by_physical
 
 @pytest.mark.parametrize("engine, clause, refused", [
     (DELTA_RS, ROW_TRACKING, "domainMetadata, rowTracking"),
-    (DIRECT, ROW_TRACKING, "domainMetadata, rowTracking"),
     (DIRECT, "CLUSTER BY (`partition`)", "clustering, domainMetadata"),
-    (DIRECT, "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')", "inCommitTimestamp"),
-    (DIRECT, "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')", "typeWidening"),
-    (DIRECT, "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')", "v2Checkpoint"),
 ])
 def test_delta_rs_refuses_a_table_it_does_not_honour_before_a_batch(
         spark: SparkSession, tmp_path: Path, engine: str, clause: str, refused: str) -> None:
@@ -124,6 +120,22 @@ def test_delta_rs_refuses_a_table_it_does_not_honour_before_a_batch(
     assert f"table {stream.table} needs table features that delta-rs does not write ({refused})" in message
     assert "sink.engine delta-spark writes it" in message
     assert DeltaTable(stream.table).version() == 0 and not parquet_files(stream.table)
+
+
+@pytest.mark.parametrize("clause, refused", [
+    ("TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')", "inCommitTimestamp"),
+    ("TBLPROPERTIES ('delta.enableTypeWidening' = 'true')", "typeWidening"),
+    ("TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')", "v2Checkpoint"),
+])
+def test_delta_rs_finds_each_feature_it_does_not_honour_in_a_table_spark_made(
+        spark: SparkSession, tmp_path: Path, clause: str, refused: str) -> None:
+    """What the stream checks before its first batch (above), for the other features."""
+    stream = Stream(spark, tmp_path, DIRECT)
+    create(stream, clause)
+
+    with pytest.raises(UnwritableTable, match=rf"needs table features that delta-rs does not write \({refused}\)"):
+        features.check_writable(stream.table, DeltaTable(stream.table), DELTA_RS)
+    features.check_writable(stream.table, DeltaTable(stream.table), DELTA_SPARK)  # Delta writes it
 
 
 def test_delta_rs_refuses_a_table_whose_check_constraint_it_would_not_enforce(
