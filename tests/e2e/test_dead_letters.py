@@ -153,8 +153,9 @@ def test_poison_events_go_to_the_dead_letter_table_exactly_once_through_kills_in
 
 
 # deltalake's own read aborted 10 of 12 status runs (issue 26): were that back, 5 clean status runs
-# in a row would happen about once in 8,000 (and the list runs would fail too)
-STATUS_RUNS, LIST_RUNS = 5, 2
+# in a row would happen about once in 8,000; the list reads the tables the same way, and a run of
+# it is a spark-submit (a minute of CI on two cores): once
+STATUS_RUNS, LIST_RUNS = 5, 1
 
 
 def assert_readers_exit_cleanly(config: Path, events: str, log_dir: Path) -> None:
