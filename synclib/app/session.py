@@ -29,10 +29,6 @@ SESSION_DEFAULTS = {
     # Streaming queries run without adaptive execution whatever this says; left on (Spark's
     # default), every query start warns that it is being disabled (ResolveWriteToStream).
     "spark.sql.adaptive.enabled": "false",
-    # How long the JVM waits for a Python process it starts (the source's planner, a worker) to
-    # connect back: 15 s by default, which a driver busy on two cores (a restart's JVM start
-    # beside another job) exceeded, failing the query at its start.
-    "spark.python.authenticate.socketTimeout": "60s",
 }
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 # Spark's checkpoint on S3 without renames or probes: each new entry one PUT with put-if-absent, aborted
