@@ -5,8 +5,9 @@
 
 Runs the real job (`spark-submit jobs/forwarder.py`, `harness.job_world.JobRun`) against a
 live producer and a simulated leader on an embedded broker, with table maintenance every
-30 s. The kills come at 30%, 45% and 60% of the run (the second one inside a maintenance
-commit, `harness.job_files.MAINTENANCE`; the others wherever the job is), the broker is
+30 s. The kills come at 30%, 45% and 60% of the run (the second one in a window: with delta-rs
+inside a maintenance commit, `harness.job_files.MAINTENANCE`; with delta-spark between a batch's
+Delta commit and Spark's, `DELTA_COMMITTED`; the others wherever the job is), the broker is
 frozen (SIGSTOP) for `--pause` seconds at 70%, so the first and the last quarter run
 undisturbed. With `--object-store` the table and the checkpoint are on an S3 server (S3Proxy,
 started under the files' directory). At the end the producer stops, one `--available-now` run forwards the rest and
