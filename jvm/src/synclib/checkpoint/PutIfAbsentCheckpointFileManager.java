@@ -5,6 +5,7 @@ import java.io.FileNotFoundException;
 import java.io.FilterOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
+import java.io.UncheckedIOException;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
@@ -68,12 +69,13 @@ public final class PutIfAbsentCheckpointFileManager implements CheckpointFileMan
   }
 
   /** {@code call}'s result; its IOException rethrown unchecked, naming {@code what} (Spark's interface
-   * declares none). */
+   * declares none). As an UncheckedIOException: Spark looks through it for an interrupt, so a stop
+   * that interrupts a request (an InterruptedIOException) ends the query as a stop, not a failure. */
   private static <T> T unchecked(String what, HadoopCall<T> call) {
     try {
       return call.run();
     } catch (IOException e) {
-      throw new RuntimeException(what + " failed: " + e, e);
+      throw new UncheckedIOException(what + " failed: " + e, e);
     }
   }
 
