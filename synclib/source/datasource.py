@@ -3,8 +3,8 @@
 Plans every micro-batch's end offsets as `min(locally available, remote committed)` per
 partition, where "remote" is what the leader groups have committed according to their
 commit log. Planning (driver) keeps a `synclib.source.planner.Planner` (a commit-log follower
-thread and a metadata client); reading (executors) uses a cached kafka-python consumer per Python worker. Neither is
-pickled: Spark ships the reader to workers with its options only.
+thread and a metadata client); reading (executors) uses a cached kafka-python consumer per
+Python worker. Neither is pickled: Spark ships the reader to workers with its options only.
 
 With `awaitLeaderCommits` a trigger that finds nothing newly committed waits, at most
 `LEADER_WAIT_S`, for the follower to announce a commit that releases offsets, and plans the batch
