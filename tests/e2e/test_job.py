@@ -44,7 +44,7 @@ from tests.forwarder_runs import (
     write_config,
 )
 from tests.readme_sample import missing_shapes
-from tests.support import produce, publish_commit, wait_until
+from tests.support import create_table, produce, publish_commit, wait_until
 
 GROUP = "snuba-consumers"
 CONFIG_ERROR_MAX_S = 10.0
@@ -371,9 +371,7 @@ def test_a_table_the_engine_does_not_honour_stops_the_job_in_one_line_before_a_b
     """A table Spark created with row tracking, on delta-rs: exit 2 and one line naming the table,
     its features and delta-spark; nothing written (tests/spark/test_features.py: every engine)."""
     job = Job(tmp_path, bootstrap_servers, new_topic)
-    spark.sql(f"CREATE TABLE delta.`{job.table}` (key BINARY, value BINARY, topic STRING, `partition` INT, "
-              "`offset` BIGINT, `timestamp` TIMESTAMP, timestampType INT) USING delta "
-              "TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    create_table(spark, job.table, "TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
 
     result = run(forwarder_command(job.config, "--available-now", "--set", "sink.engine=delta-rs"))
 
