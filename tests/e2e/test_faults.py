@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from harness.crash_harness import CrashHarness
@@ -39,10 +40,11 @@ from harness.job_world import JobRun, KafkaWorld, job_config, wait_for, write_co
 from harness.object_store import SECRET_ACCESS_KEY, S3Server
 from synclib.delta.stream import DeltaStream, start_delta_stream
 from synclib.delta.table import read_arrow
-from synclib.settings.values import DELTA_RS
+from synclib.settings.storage import S3Config
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.kafka_proxy import ProxiedBroker
 from tests.spark.test_source import World, offsets
-from tests.support import produce, publish_commit, publish_raw, wait_until
+from tests.support import create_table, produce, publish_commit, publish_raw, wait_until
 
 JOB_TIMEOUT_S = 240.0
 
@@ -80,17 +82,24 @@ def world(bootstrap_servers: str) -> Iterator[KafkaWorld]:
 # --- crashes, lost checkpoint --------------------------------------------------------------
 
 @pytest.mark.slow
-def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(world: KafkaWorld, s3_server: S3Server,
-                                                                       tmp_path: Path) -> None:
-    """The short CI run of `python -m harness.crash_harness --object-store`: one SIGKILL in each
-    of the batch's windows, the table and the checkpoint on the S3 server, the maintenance thread's
-    commits racing the batch commits to each Delta version (the server refuses the loser's PUT, as
-    AWS S3 does). The fourth window, a kill inside a maintenance commit, is the delta-rs soak's
-    (tests/e2e/test_maintenance.py): the same harness's kill and checks, on the same server."""
-    tally = CrashHarness(world, tmp_path, seed=5, store=s3_server).run(kills=3)
+def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(
+        world: KafkaWorld, s3: S3Server, spark: Any, tmp_path: Path) -> None:
+    """The short CI run of `python -m harness.crash_harness --object-store`, with delta-spark (what
+    `auto` picks on a Spark cluster with Delta) on a table Spark created with column mapping: one
+    SIGKILL in each of the batch's windows, the table and the checkpoint on the S3 server, the
+    maintenance thread's OPTIMIZE commits racing the batch commits to each Delta version (the server
+    refuses the loser's PUT, as AWS S3 does), and the batch killed after its Delta commit run again
+    without being written twice. delta-rs's windows: the dead-letter kills (tests/e2e/test_dead_letters.py:
+    reading and committed) and the delta-rs soak's kill inside a maintenance commit
+    (tests/e2e/test_maintenance.py), with the same harness's kill and checks on the same server."""
+    harness = CrashHarness(world, tmp_path, seed=5, store=s3, sink={"engine": DELTA_SPARK})
+    create_table(spark, harness.table, clause="TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    tally = harness.run(kills=3)
     assert tally.kills == Counter({PLANNING: 1, READING: 1, DELTA_COMMITTED: 1}), tally.report()
     assert tally.replays == 1, tally.report()
     assert tally.ok, tally.report()
+    assert DeltaTable(harness.table, storage_options=S3Config(**s3.storage_settings()).environment({})) \
+        .metadata().configuration["delta.columnMapping.mode"] == "name"
 
 
 @pytest.mark.slow

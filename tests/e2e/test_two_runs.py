@@ -1,8 +1,11 @@
 """Two runs of the job at once on one table and checkpoint, on S3 (a retried job whose old run is
 still alive, a double deploy): the newest run wins, the older stops with one line naming the
 checkpoint and the other run, and the table holds every released offset exactly once, with no
-lost commit, on both engines; Spark writes its checkpoint in place (no temporary object, no rename).
-The marker and the sink's checks alone: tests/unit/test_run_marker.py."""
+lost commit; Spark writes its checkpoint in place (no temporary object, no rename). On delta-spark,
+what `auto` picks on a Spark cluster with Delta: the takeover is the run marker's, the same for both
+engines, and each engine's refusal of a commit another writer took the version of is
+tests/e2e/test_maintenance.py's (`test_on_s3_*`). The marker and the sink's checks alone:
+tests/unit/test_run_marker.py."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from harness.job_world import KafkaWorld
 from harness.object_store import S3Server, kind
 from synclib.delta.table import read_arrow
 from synclib.exit_codes import ExitCode
-from synclib.settings.values import DELTA_RS, DELTA_SPARK
+from synclib.settings.values import DELTA_SPARK
 from tests.e2e.test_faults import finished, run_job, stopped, world  # noqa: F401 (world: a fixture)
 from tests.support import wait_until
 
@@ -32,12 +35,11 @@ def commit_versions(table: Path) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK])  # delta-rs: the direct write path, the default
 def test_a_second_run_takes_over_and_the_first_stops_with_one_line(
-        engine: str, world: KafkaWorld, s3: S3Server, spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+        world: KafkaWorld, s3: S3Server, spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
     bucket = s3.bucket()
     stored = s3.directory / "data" / bucket
-    config = world.config(tmp_path, sink={"path": f"s3://{bucket}/table", "engine": engine,
+    config = world.config(tmp_path, sink={"path": f"s3://{bucket}/table", "engine": DELTA_SPARK,
                                           "maintenance": {"enabled": False}},
                           checkpoint={"location": f"s3a://{bucket}/checkpoint"},
                           storage={"s3": s3.storage_settings()})
