@@ -17,7 +17,6 @@ from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app.gate_latency import GateLatency
@@ -27,7 +26,7 @@ from synclib.app.resume import initial_offsets_file, starting_offsets_from_table
 from synclib.app.session import checkpoint_manager, job_session
 from synclib.app.signals import StopRequest, stop_after_batch_in_flight
 from synclib.app.status import advertise_embedded_broker
-from synclib.compat.pyspark import failed_batch_offsets
+from synclib.compat.pyspark import failed_batch_offsets, progress_since
 from synclib.dead_letters.sink import SCHEMA as DEAD_LETTER_SCHEMA
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
@@ -66,6 +65,8 @@ class Forwarder:
         self.left_to_platform = False  # a table by name that predictive optimization maintains
         self.direct_initial: str | None = None  # on the direct write path: the initial offsets file
         self._initial_offsets_text: str | None = None  # its contents, once read
+        self._progress: list[dict[str, Any]] = []  # the query's recent progress reports, parsed
+        self._newest_progress: tuple[str, str] | None = None  # the run id and timestamp of the newest
         self.run_marker = RunMarker.new()  # this run's claim on the checkpoint, written as its query starts
         self.table_path = config.sink.path  # a table by name: its location, once the catalog gave it
         self.gate_latency = GateLatency()
@@ -252,32 +253,43 @@ class Forwarder:
             print(line, flush=True)
 
     def progress(self, query: StreamingQuery) -> list[dict[str, Any]]:
-        """The query's recent progress reports, `numInputRows` (and on the direct write path the
-        sink's `numOutputRows`) counting the Kafka records read."""
-        reports = []
-        for p in query.recentProgress:
-            # numInputRows from the property: Spark Connect's progress JSON lacks the aggregate
-            report = {**json.loads(p.json), "numInputRows": self._input_rows(p)}
-            if self.direct_initial is not None and isinstance(report.get("sink"), dict):
-                # the sink's output rows are files there too
-                report["sink"] = {**report["sink"], "numOutputRows": report["numInputRows"]}
-            reports.append(report)
-        return reports
+        """The query's recent progress reports (those Spark keeps), `numInputRows` (and on the
+        direct write path the sink's `numOutputRows`) counting the Kafka records read; each report
+        read from the JVM and parsed once (at 1,024 partitions a report is three offset maps of
+        1,024 entries, and Spark keeps 100)."""
+        since = progress_since(query, self._newest_progress)
+        if since is None:  # Spark Connect: every report, each time
+            return [self._counted(json.loads(p.json)) for p in query.recentProgress]
+        fresh, kept = since
+        self._progress = (self._progress + [self._counted(json.loads(text)) for text in fresh])[-kept:] if kept else []
+        if self._progress:
+            self._newest_progress = (str(self._progress[-1]["runId"]), str(self._progress[-1]["timestamp"]))
+        return list(self._progress)
 
-    def _input_rows(self, progress: StreamingQueryProgress) -> int:
-        """A batch's Kafka records: Spark's count of the source's rows, or on the direct write
-        path, where those rows are the files written, the offsets the batch advanced (records
-        and any transaction markers or compacted-away offsets between them)."""
+    def _counted(self, report: dict[str, Any]) -> dict[str, Any]:
+        report["numInputRows"] = self._input_rows(report)
+        if self.direct_initial is not None and isinstance(report.get("sink"), dict):
+            report["sink"]["numOutputRows"] = report["numInputRows"]  # the sink's output rows are files there too
+        return report
+
+    def _input_rows(self, report: Mapping[str, Any]) -> int:
+        """A batch's Kafka records: Spark's count of the source's rows (the sources' sum: Spark
+        Connect's report lacks the aggregate), or on the direct write path, where those rows are
+        the files written, the offsets the batch advanced (records and any transaction markers or
+        compacted-away offsets between them)."""
+        sources = report.get("sources") or [{}]
+        counted = int(report.get("numInputRows", sum(int(s.get("numInputRows") or 0) for s in sources)))
         if self.dead_letters is not None:
-            return self.dead_letters.input_rows(progress.batchId, progress.numInputRows)
+            return self.dead_letters.input_rows(int(report["batchId"]), counted)
         if self.direct_initial is None:
-            return int(progress.numInputRows)
-        source = progress.sources[0]
-        start = source.startOffset if source.startOffset not in (None, "null") else self._direct_initial_offsets()
-        if not start or source.endOffset in (None, "null"):
+            return counted
+        start, end = sources[0].get("startOffset"), sources[0].get("endOffset")
+        if start in (None, "null"):
+            start = self._direct_initial_offsets()
+        if not start or end in (None, "null"):
             return 0
-        first, end = parse_offsets_json(start), parse_offsets_json(source.endOffset)
-        return sum(max(0, offset - first.get(tp, offset)) for tp, offset in end.items())
+        first, last = parse_offsets_json(start), parse_offsets_json(end)
+        return sum(max(0, offset - first.get(tp, offset)) for tp, offset in last.items())
 
     def _direct_initial_offsets(self) -> str | None:
         """The first batch's start offsets (the source's kept file, which never changes while the

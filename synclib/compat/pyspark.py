@@ -8,7 +8,9 @@
 - `pyspark.sql.pandas.types.to_arrow_schema` and `from_arrow_schema`: a Spark schema as an
   Arrow schema (the source's and the sink's Arrow batches) and back (the source's schema);
 - `SparkContext._ensure_initialized` and `SparkContext._jvm`: the connection to spark-submit's
-  JVM before a session exists, to read the settings spark-submit gave it.
+  JVM before a session exists, to read the settings spark-submit gave it;
+- `StreamingQuery._jsq`: the JVM query, whose progress reports are read newest first, only those
+  not read before (`recentProgress` converts every report Spark keeps, at each call).
 
 The JVM-only ones are conveniences: on a Spark Connect session (no JVM in this process), on a
 PySpark other than `TESTED_VERSION`, or when an attribute is gone, they return None and log
@@ -97,6 +99,27 @@ def submitted_conf(purpose: str) -> SparkConf | None:
             return None
         connect()
     return SparkConf()
+
+
+def progress_since(query: Any, seen: tuple[str, str] | None) -> tuple[list[str], int] | None:
+    """The JSON of `query`'s progress reports after the one `seen` (its run id and timestamp),
+    oldest first, read from the JVM alone, and how many reports Spark keeps now; None (logged once)
+    on Spark Connect or an untested PySpark, where the caller reads `query.recentProgress`."""
+    purpose = "each progress poll converts every recent report, not only the new ones"
+    problem = version_problem()
+    jsq = getattr(query, "_jsq", None)
+    if problem is not None or jsq is None:
+        _without(purpose, problem or "Spark Connect session (no JVM query in this process)")
+        return None
+    reports = jsq.recentProgress()
+    kept = len(reports)
+    fresh = []
+    for index in range(kept - 1, -1, -1):
+        report = reports[index]
+        if seen is not None and (report.runId().toString(), report.timestamp()) == seen:
+            break
+        fresh.append(report.json())
+    return fresh[::-1], kept
 
 
 def failed_batch_offsets(exc: BaseException) -> tuple[str, str] | None:

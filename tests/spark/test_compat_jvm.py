@@ -3,6 +3,7 @@ test_spark_connect.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from synclib.delta import direct, log_append
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import delta_spark_available
 from synclib.delta.writer import arrow_schema
+from tests.support import wait_until
 
 
 def test_a_classic_session_has_a_jvm_that_loads_classes(spark: SparkSession) -> None:
@@ -40,6 +42,26 @@ def test_a_jvm_error_is_named_by_its_java_class_and_message(spark: SparkSession)
         assert py4j_compat.java_error(exc) == "java.lang.ClassNotFoundException: org.example.NotOnTheClasspath"
     else:
         raise AssertionError("Class.forName found a class that is not there")
+
+
+def test_progress_since_reads_only_the_reports_after_the_one_seen(spark: SparkSession) -> None:
+    """The reports PySpark's `recentProgress` gives, from the JVM's query: all of them, then only
+    those after a given one (the forwarder parses each report once)."""
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+             .writeStream.format("noop").trigger(processingTime="50 milliseconds").start())
+    try:
+        wait_until(lambda: len(query.recentProgress) >= 3, what="three progress reports")
+    finally:
+        query.stop()
+    everything = [json.loads(p.json) for p in query.recentProgress]
+
+    since = spark_compat.progress_since(query, None)
+    assert since is not None
+    assert ([json.loads(text) for text in since[0]], since[1]) == (everything, len(everything))
+    after_second = spark_compat.progress_since(query, (everything[1]["runId"], everything[1]["timestamp"]))
+    assert after_second is not None and [json.loads(text) for text in after_second[0]] == everything[2:]
+    newest = spark_compat.progress_since(query, (everything[-1]["runId"], everything[-1]["timestamp"]))
+    assert newest is not None and newest[0] == []
 
 
 def test_delta_internals_commit_add_actions_written_elsewhere(spark: SparkSession, tmp_path: Path) -> None:
