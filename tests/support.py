@@ -19,6 +19,7 @@ from tests import librdkafka
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 T = TypeVar("T")
 
@@ -88,12 +89,14 @@ def waiting_for_lock(path: Path) -> bool:
                if len(fields) > 6)
 
 
-def create_table(spark: SparkSession, location: str, clause: str = "", include_headers: bool = False) -> None:
+def create_table(spark: SparkSession, location: str, clause: str = "", include_headers: bool = False,
+                 schema: StructType | None = None) -> None:
     """An empty Delta table at `location` with the source's columns (`headers` too if
-    `include_headers`), created by Spark's Delta writer with `clause` (`TBLPROPERTIES (...)`,
-    `PARTITIONED BY ...`), as a Spark or Databricks user creates the table a job is pointed at."""
+    `include_headers`) or `schema`'s, created by Spark's Delta writer with `clause`
+    (`TBLPROPERTIES (...)`, `PARTITIONED BY ...`), as a Spark or Databricks user creates the table
+    a job is pointed at."""
     from synclib.compat import pyspark as spark_compat
 
-    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
-                        for f in spark_compat.from_arrow_schema(output_schema(include_headers)).fields)
+    fields = (schema or spark_compat.from_arrow_schema(output_schema(include_headers))).fields
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
     spark.sql(f"CREATE TABLE delta.`{location}` ({columns}) USING delta {clause}")

@@ -20,13 +20,14 @@ from harness.object_store import S3Server
 from harness.poison import ERROR_COLUMN, parse_events, parse_events_fixed
 from synclib.app.resume import initial_offsets_file
 from synclib.dead_letters.replay import replay
+from synclib.dead_letters.sink import SCHEMA as DEAD_LETTER_SCHEMA
 from synclib.dead_letters.sink import DeadLetterBatches, Limits, start_with_dead_letters
 from synclib.dead_letters.source_rows import MicroBatchSourceRows
 from synclib.delta.stream import DeltaStream
 from synclib.delta.table import read_arrow
 from synclib.settings.values import DELTA_RS, DELTA_SPARK
 from tests.poison import EVENTS_PER_PARTITION, good_rows, poison_rows, produce_poisoned, value
-from tests.support import publish_commit
+from tests.support import create_table, publish_commit
 
 QUERY_TIMEOUT_S = 1200  # delta-spark: minutes per batch at load 25 on 2 cores
 
@@ -153,6 +154,26 @@ def test_poison_rows_go_to_the_dead_letter_table_once_the_rest_to_the_main_table
         assert_df_equality(main_rows(spark, place),
                            spark.createDataFrame(sorted(set(good_rows()) | fixed), "partition int, offset long"),
                            ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_dead_letter_table_spark_created_with_column_mapping_is_written_under_its_physical_names(
+        spark: Any, bootstrap_servers: str, poisoned: tuple[str, str], tmp_path: Path) -> None:
+    """The dead-letter table made beforehand by Spark's Delta writer with column mapping (as the
+    main table may be, tests/spark/test_features.py): delta-rs writes the dead letters under the
+    physical names, and Spark's Delta reader, which maps them back, reads every value."""
+    events, log = poisoned
+    place = Place.local(tmp_path)
+    create_table(spark, place.dead, "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')", schema=DEAD_LETTER_SCHEMA)
+
+    query, _ = run(spark, bootstrap_servers, events, log, place, DELTA_RS)
+
+    assert query.exception() is None, query.exception()
+    by_spark = spark.read.format("delta").load(place.dead).select("topic", "partition", "offset", "error_class")
+    assert_df_equality(by_spark, spark.createDataFrame([(events, p, o, c) for p, o, c in poison_rows()],
+                                                       "topic string, partition int, offset long, error_class string"),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(main_rows(spark, place), spark.createDataFrame(good_rows(), "partition int, offset long"),
+                       ignore_row_order=True, ignore_nullable=True)
 
 
 def test_too_much_of_a_batch_failing_stops_the_query_naming_its_offsets(
