@@ -108,7 +108,8 @@ def classpath_options(config: Path) -> list[str]:
 
 class JobRun:
     """One `spark-submit jobs/forwarder.py` (or another synclib job file, `job`) process session,
-    output in `<log_dir>/<name>.*`."""
+    output in `<log_dir>/<name>.*`, working directory `log_dir` (what Spark makes in it, as a
+    catalog's default `spark-warehouse`, stays with the run, out of the checkout)."""
 
     def __init__(self, config: Path, log_dir: Path, name: str, args: Sequence[str] = (),
                  env: Mapping[str, str] | None = None, job: Path = FORWARDER) -> None:
@@ -123,7 +124,7 @@ class JobRun:
         environment = {**os.environ, "PYSPARK_PYTHON": str(PYTHON), "PYSPARK_DRIVER_PYTHON": str(PYTHON),
                        "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), **(env or {})}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._process = subprocess.Popen(tied_to_this_process(command), cwd=ROOT, stdout=out, stderr=err,
+            self._process = subprocess.Popen(tied_to_this_process(command), cwd=log_dir, stdout=out, stderr=err,
                                              stdin=subprocess.DEVNULL, env=environment,
                                              start_new_session=True)
         self._frozen: set[int] = set()
