@@ -428,11 +428,41 @@ def dead_letters_table(kept: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-NEWEST_ONLY = {"requests", "cost", "floors"}
+NEWEST_ONLY = {"requests", "cost", "floors", "s3-faults"}
+def s3_faults_table(kept: Mapping[str, Any]) -> str:
+    """S3's faults under a running job (benchmarks/s3_faults.py), the newest run: a row per fault
+    window and the outage, a column per engine."""
+    runs = kept["runs"][-1]["s3_faults"]
+
+    def window(w: Mapping[str, Any]) -> str:
+        moved = "" if w["moved_after_s"] is None else f"; the table moved {w['moved_after_s']:g} s after"
+        if w["exits"]:
+            return f"**exited** {len(w['exits'])}x ({w['exits'][0]}){moved}"
+        return f"rode it out ({w['requests_faulted']} requests met it){moved}"
+
+    def outage(o: Mapping[str, Any] | None) -> str:
+        if o is None:
+            return ""
+        ended = (f"exit {o['exit_code']} after {o['ended_after_s']:g} s: {o['line']}" if o["exit_code"] is not None
+                 else "**did not exit**")
+        return f"{ended}; restarted, the table moved {o['resumed_after_s']:g} s after the outage"
+
+    rows = ["| fault | " + " | ".join(r["engine"] for r in runs) + " |", "|---|" + "---|" * len(runs)]
+    for index, first in enumerate(runs[0]["windows"]):
+        rows.append(f"| {first['fault']}, {first['seconds']:g} s, {first['fraction']:.0%} of the requests | "
+                    + " | ".join(window(r["windows"][index]) for r in runs) + " |")
+    if runs[0]["outage"] is not None:
+        rows.append(f"| every request 503 for {runs[0]['outage']['seconds']:g} s | "
+                    + " | ".join(outage(r["outage"]) for r in runs) + " |")
+    rows.append("| exactly once against the leader's commits | " + " | ".join(
+        f"{'yes' if r['exactly_once'] else '**no**'} ({r['rows']:,} rows)" for r in runs) + " |")
+    return "\n".join(rows)
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "triggers": triggers_table, "throughput": throughput_table, "requests": requests_table, "cost": cost_table,
     "floors": floors_table, "axis": axis_table, "growth": growth_table, "soak": soak_table,
-    "dead-letters": dead_letters_table}
+    "dead-letters": dead_letters_table, "s3-faults": s3_faults_table}
 
 
 def render(name: str, directory: Path = RESULTS) -> str:

@@ -9,7 +9,8 @@ tests' S3 server (`harness.object_store`), request by request:
 - `DELAY`: the request waits `delay_s` before it is passed on.
 
 `inject(fault, count, method, key)` arms a fault for the next `count` requests whose method and
-bucket/key match; `outage(fault, seconds)` gives every request the fault for that long. Each
+bucket/key match; `outage(fault, seconds)` gives every request the fault for that long, and
+`outage(fault, seconds, fraction=0.3)` a random 30% of them (`seed` makes the draw repeatable). Each
 injected fault is logged (`injected`). HTTP/1.1 only, one request at a time per connection (as
 every S3 client sends them); `Expect: 100-continue` is answered by the proxy itself.
 
@@ -21,6 +22,7 @@ each connection's socket times out after `IDLE_S`; `stop` ends it.
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import socket
 import struct
@@ -44,10 +46,11 @@ class _Rule:
     method: str | None
     key: re.Pattern[str] | None
     until: float = float("inf")  # monotonic
+    fraction: float = 1.0  # of the matching requests, drawn at random
 
-    def matches(self, method: str, key: str) -> bool:
+    def matches(self, method: str, key: str, draw: float) -> bool:
         return ((self.method is None or self.method == method) and (self.key is None or bool(self.key.search(key)))
-                and time.monotonic() < self.until and (self.count is None or self.count > 0))
+                and time.monotonic() < self.until and (self.count is None or self.count > 0) and draw < self.fraction)
 
 
 @dataclass
@@ -124,9 +127,10 @@ class FaultProxy(LoopbackProxy):
 
     name = "fault-proxy"
 
-    def __init__(self, target_port: int, delay_s: float = 2.0, port: int = 0) -> None:
+    def __init__(self, target_port: int, delay_s: float = 2.0, port: int = 0, seed: int | None = None) -> None:
         super().__init__(target_port, port)
         self.delay_s = delay_s
+        self._random = random.Random(seed)
         self.injected: list[tuple[str, str, str]] = []  # (fault, method, bucket/key)
         self._rules: list[_Rule] = []
 
@@ -137,11 +141,13 @@ class FaultProxy(LoopbackProxy):
         with self._lock:
             self._rules.append(_Rule(fault, count, method, None if key is None else re.compile(key)))
 
-    def outage(self, fault: str, seconds: float, method: str | None = None, key: str | None = None) -> None:
-        """Give `fault` to every matching request for the next `seconds`."""
+    def outage(self, fault: str, seconds: float, method: str | None = None, key: str | None = None,
+               fraction: float = 1.0) -> None:
+        """Give `fault` to every matching request (a random `fraction` of them) for the next `seconds`."""
+        assert fault in FAULTS, fault
         with self._lock:
             self._rules.append(_Rule(fault, None, method, None if key is None else re.compile(key),
-                                     time.monotonic() + seconds))
+                                     time.monotonic() + seconds, fraction))
 
     def clear(self) -> None:
         with self._lock:
@@ -153,8 +159,9 @@ class FaultProxy(LoopbackProxy):
 
     def _take(self, method: str, key: str) -> str | None:
         with self._lock:
+            draw = self._random.random()
             for rule in self._rules:
-                if rule.matches(method, key):
+                if rule.matches(method, key, draw):
                     if rule.count is not None:
                         rule.count -= 1
                     self.injected.append((rule.fault, method, key))
@@ -184,7 +191,8 @@ class FaultProxy(LoopbackProxy):
                     text = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}'
                             f'</Message><Resource>/{key}</Resource><RequestId>fault-proxy</RequestId></Error>').encode()
                     client_sock.sendall(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
-                                        f"Content-Length: {len(text)}\r\n\r\n".encode() + text)
+                                        f"Content-Length: {len(text)}\r\n\r\n".encode()
+                                        + (b"" if method == "HEAD" else text))  # a HEAD's answer has no body
                     continue
                 if fault == DELAY:
                     time.sleep(self.delay_s)  # the fault itself: a slow server, not a wait for a condition

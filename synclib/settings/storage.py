@@ -162,6 +162,10 @@ class S3Config(Section):
             "fs.s3a.retry.interval": f"{interval_ms}ms",
             "fs.s3a.retry.throttle.limit": str(self.retry_attempts),
             "fs.s3a.retry.throttle.interval": f"{interval_ms}ms",
+            # Reads through S3A's own input stream and retry policy: hadoop-aws 3.5's default stream,
+            # the analytics accelerator's, retries under a policy of its own, and a connection reset
+            # of a checkpoint entry's GET failed the query at its first attempt.
+            "fs.s3a.input.stream.type": "classic",
             "fs.s3.impl": _S3A,
             "fs.s3a.path.style.access": "true" if self.path_style else "false",
             "fs.s3a.endpoint.region": values.get("region", "us-east-1"),
