@@ -6,12 +6,13 @@ Each fault gets a window (20 s by default) in which a random 30% of the requests
 answers: 50%); between windows the job runs clean until the table has moved. Per window: the
 requests that met the fault, whether the job exited (its code and last line; it is then started
 again), and how long after the window's end the table took its next batch. Then every request is
-refused (503 SlowDown) for longer than the retry deadline: the job must end with one line and exit
-code 4, and a restart resumes. At the end every offset the leader committed is in the table
-exactly once.
+refused (503 SlowDown) for well past the retry deadline (`storage.s3.retry_deadline`, 30 s here:
+S3A's backoff is not a hard deadline, so the outage is 2.5 times it): the job must end with one line
+and exit code 4, and a restart resumes. At the end every offset the leader committed is in the
+table exactly once.
 
-    python -m benchmarks.s3_faults [--engines delta-rs,delta-spark] [--window 20] [--outage 75]
-        [--record s3-faults]
+    python -m benchmarks.s3_faults [--engines delta-rs,delta-spark] [--window 20] [--deadline 30]
+        [--outage 75] [--record s3-faults]
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ class Job:
         return time.monotonic() - started
 
 
-def run_engine(engine: str, directory: Path, window_s: float, fraction: float, outage_s: float, rate: float,
-               log: Callable[[str], None]) -> EngineRun:
+def run_engine(engine: str, directory: Path, window_s: float, fraction: float, deadline_s: float, outage_s: float,
+               rate: float, log: Callable[[str], None]) -> EngineRun:
     result = EngineRun(engine)
     directory.mkdir(parents=True, exist_ok=True)
     with S3Server(directory / "s3") as server, FaultProxy(server.port, delay_s=DELAY_S, seed=1) as proxy, \
@@ -123,7 +124,7 @@ def run_engine(engine: str, directory: Path, window_s: float, fraction: float, o
         config = write_config(directory / "forwarder.yaml", world.config(
             directory, sink={"path": f"s3://{bucket}/table", "engine": engine},
             checkpoint={"location": f"s3a://{bucket}/checkpoint"},
-            storage={"s3": server.behind(proxy.port).storage_settings()}))
+            storage={"s3": {**server.behind(proxy.port).storage_settings(), "retry_deadline": f"{deadline_s:g}s"}}))
         job = Job(config, directory, table)
         try:
             wait_for(lambda: job.batches() > 0, START_TIMEOUT_S, "the first batch", job.current)
@@ -188,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engines", default=f"{DELTA_RS},{DELTA_SPARK}")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of each fault")
     parser.add_argument("--fraction", type=float, default=0.3, help="of the requests in a window")
+    parser.add_argument("--deadline", type=float, default=30.0, help="storage.s3.retry_deadline, seconds")
     parser.add_argument("--outage", type=float, default=75.0, help="seconds of every request refused (0: none)")
     parser.add_argument("--rate", type=float, default=300.0, help="events/s")
     parser.add_argument("--keep", type=Path, default=None, help="write the runs' files here and keep them")
@@ -197,8 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(given)
     started = records.environment()
     directory = args.keep or Path(tempfile.mkdtemp(prefix="synclib-s3-faults-"))
-    runs = [run_engine(engine, directory / engine, args.window, args.fraction, args.outage, args.rate,
-                       lambda line: print(line, flush=True)) for engine in args.engines.split(",")]
+    runs = [run_engine(engine, directory / engine, args.window, args.fraction, args.deadline, args.outage,
+                       args.rate, lambda line: print(line, flush=True)) for engine in args.engines.split(",")]
     figures = [asdict(r) for r in runs]
     print(records.s3_faults_table({"runs": [{"s3_faults": figures}]}), flush=True)
     if args.record:
