@@ -158,6 +158,6 @@ def s3_filesystem(variables: Mapping[str, str], timeout_s: float | None = None) 
     if timeout_s is not None:
         options.update(connect_timeout=timeout_s, request_timeout=timeout_s,
                        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
-    else:  # the AWS SDK's standard retries (exponential backoff, jitter) up to the job's attempts
-        options.update(retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=RetryPolicy.of(variables).attempts))
+    else:  # the AWS SDK's standard retries (exponential backoff, jitter), as many as fit the job's deadline
+        options.update(retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=RetryPolicy.of(variables).sdk_attempts()))
     return fs.S3FileSystem(**{key: value for key, value in options.items() if value is not None})

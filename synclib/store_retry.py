@@ -37,6 +37,10 @@ DEADLINE_S = 60.0  # an S3 throttling episode or a node's restart passes in seco
 ATTEMPTS = 10
 FIRST_BACKOFF_S = 0.1  # object_store's and the AWS SDKs' first backoff
 MAX_BACKOFF_S = 15.0  # object_store's cap (the AWS SDKs': 20 s)
+# The AWS SDK's standard retries of a throttled request (pyarrow's S3 filesystem), which know no
+# deadline: up to 1 s before the first retry, doubling, capped at 20 s (measured behind the fault
+# proxy: 4 retries took 11 s).
+SDK_FIRST_BACKOFF_S, SDK_MAX_BACKOFF_S = 1.0, 20.0
 # What a message of obstore (object_store), deltalake, pyarrow (the AWS C++ SDK's error names) or S3A
 # says of a transient failure, in order: the first match names the kind.
 _KINDS = (
@@ -66,6 +70,17 @@ class RetryPolicy:
         env = os.environ if environ is None else environ
         return cls(float(env.get(DEADLINE_VARIABLE, DEADLINE_S)), int(env.get(ATTEMPTS_VARIABLE, ATTEMPTS)))
 
+    def sdk_attempts(self) -> int:
+        """Attempts for the AWS SDK's standard retries: as many as fit in the deadline at their
+        longest backoffs, at most `attempts` (7 at the defaults)."""
+        attempts, waited = 1, 0.0
+        while attempts < self.attempts:
+            waited += min(SDK_MAX_BACKOFF_S, SDK_FIRST_BACKOFF_S * 2 ** (attempts - 1))
+            if waited > self.deadline_s:
+                break
+            attempts += 1
+        return attempts
+
     def backoff_s(self, retry: int) -> float:
         """The pause before retry number `retry` (1, 2, ...): exponential, with full jitter."""
         return random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** retry))
@@ -92,13 +107,13 @@ def transient_kind(error: BaseException) -> str | None:
 
 
 _OTHER_CLIENTS = re.compile(r"Generic S3 error|s3a://|S3AFileSystem|AWSS3IOException|AWSServiceThrottledException|"
-                            r"software\.amazon\.awssdk")
+                            r"software\.amazon\.awssdk|AWS Error [A-Z_]+ during \w+ operation")
 
 
 def storage_failure(failure: str) -> str | None:
     """The one line to say when a query failed on the object store (`failure`: its error's text, from
-    any process): `ObjectStoreUnavailable`'s own line, or the first line of deltalake's or S3A's
-    error when it is a transient failure their retries gave up on; None for any other failure."""
+    any process): `ObjectStoreUnavailable`'s own line, or the first line of deltalake's, pyarrow's
+    or S3A's error when it is a transient failure their retries gave up on; None for any other failure."""
     for line in failure.splitlines():
         if UNAVAILABLE in line:
             return line[line.index(UNAVAILABLE):].strip()

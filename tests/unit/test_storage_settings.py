@@ -45,7 +45,8 @@ def test_settings_from_the_file_and_variables_map_to_delta_rs_and_s3a(
     assert s3.hadoop_options(environ) == {
         "fs.s3a.attempts.maximum": "0", "fs.s3a.retry.limit": "10", "fs.s3a.retry.interval": "29ms",
         "fs.s3a.retry.throttle.limit": "10", "fs.s3a.retry.throttle.interval": "29ms",
-        "fs.s3a.input.stream.type": "classic", "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem", "fs.s3a.path.style.access": "true",
+        "fs.s3a.input.stream.type": "classic", "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3a.path.style.access": "true",
         "fs.s3a.endpoint.region": "us-east-1", "fs.s3a.endpoint": "http://127.0.0.1:9000",
         "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.access.key": "AKIDEXAMPLE",
         "fs.s3a.secret.key": SECRET, "fs.s3a.session.token": TOKEN,

@@ -74,7 +74,19 @@ def test_only_transient_failures_are_retried() -> None:
            "software.amazon.awssdk.services.s3.model.S3Exception: Please reduce your request rate. (Service: S3, "
            "Status Code: 503, Request ID: r):SlowDown")
     assert (storage_failure(s3a) or "").startswith("object store unavailable: slow-down: [STREAM_FAILED]")
+    pyarrow = ("OSError: When uploading object with key 'table/part-1.zstd.parquet' in bucket 'b': AWS Error "
+               "SLOW_DOWN during PutObject operation: Please reduce your request rate. (Request ID: r)")
+    assert (storage_failure(pyarrow) or "").startswith("object store unavailable: slow-down: OSError: When uploading")
     assert storage_failure("Kafka: timed out waiting for the commit log") is None
+
+
+def test_the_aws_sdks_retries_fit_the_deadline_at_their_longest_backoffs() -> None:
+    """pyarrow's retries (the AWS SDK's standard ones: 1 s doubling to 20 s) know no deadline: they
+    get as many attempts as fit in it (a 75 s outage took a read task's PUT 72 s at 10 attempts)."""
+    assert RetryPolicy(60, 10).sdk_attempts() == 7  # 1 + 2 + 4 + 8 + 16 + 20 = 51 s
+    assert RetryPolicy(30, 10).sdk_attempts() == 5  # 15 s; one more would be 31
+    assert RetryPolicy(600, 3).sdk_attempts() == 3
+    assert RetryPolicy(0.5, 10).sdk_attempts() == 1
 
 
 def test_the_backoff_is_exponential_with_jitter_and_capped() -> None:
