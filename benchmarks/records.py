@@ -443,8 +443,9 @@ def s3_faults_table(kept: Mapping[str, Any]) -> str:
     def outage(o: Mapping[str, Any] | None) -> str:
         if o is None:
             return ""
-        ended = (f"exit {o['exit_code']} after {o['ended_after_s']:g} s: {o['line']}" if o["exit_code"] is not None
-                 else "**did not exit**")
+        said = o["line"].split(" (", 1)[0]  # the line up to its detail: store, request, how long
+        ended = (f"exit {o['exit_code']} after {o['ended_after_s']:g} s, one line: `{said}`"
+                 if o["exit_code"] is not None else "**did not exit**")
         return f"{ended}; restarted, the table moved {o['resumed_after_s']:g} s after the outage"
 
     rows = ["| fault | " + " | ".join(r["engine"] for r in runs) + " |", "|---|" + "---|" * len(runs)]
