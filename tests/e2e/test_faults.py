@@ -103,16 +103,18 @@ def test_crash_anywhere_leaves_exactly_the_leaders_events_exactly_once(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", [DELTA_RS, DELTA_SPARK])
 def test_s3_faults_are_ridden_out_and_a_lost_checkpoint_resumes_from_the_offsets_in_delta(
-        world: KafkaWorld, s3_server: S3Server, tmp_path: Path) -> None:
-    """On S3 (S3Proxy): the table at s3://, Spark's checkpoint at s3a://, maintenance on; the files
-    are checked in the server's backing directory. The first run reaches the server through the
-    fault proxy, which answers S3's transient failures (503 SlowDown, 500, resets before a request
-    and after its answer: lost answers of Spark's checkpoint entries and of the Delta log's) to
-    some of its requests: the job rides them out, exactly once."""
+        engine: str, world: KafkaWorld, s3_server: S3Server, tmp_path: Path) -> None:
+    """On S3 (S3Proxy), on each engine: the table at s3://, Spark's checkpoint at s3a://,
+    maintenance on; the files are checked in the server's backing directory. The first run reaches
+    the server through the fault proxy, which answers S3's transient failures (503 SlowDown, 500,
+    resets before a request and after its answer: lost answers of Spark's checkpoint entries and of
+    the Delta log's) to some of its requests: the job rides them out, exactly once."""
     bucket = s3_server.bucket()
     stored = s3_server.directory / "data" / bucket
-    sections = {"sink": {"path": f"s3://{bucket}/table"}, "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
+    sections = {"sink": {"path": f"s3://{bucket}/table", "engine": engine},
+                "checkpoint": {"location": f"s3a://{bucket}/checkpoint"},
                 "source": {**world.config(tmp_path)["source"], "max_offsets_per_trigger": 4000}}  # a few batches
     wait_until(lambda: sum(world.committed().values()) >= 200, 60, "the leader to commit some events")
     with FaultProxy(s3_server.port) as proxy:
