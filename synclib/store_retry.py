@@ -35,8 +35,8 @@ T = TypeVar("T")
 DEADLINE_VARIABLE, ATTEMPTS_VARIABLE = "SYNCLIB_S3_RETRY_DEADLINE_S", "SYNCLIB_S3_RETRY_ATTEMPTS"
 DEADLINE_S = 60.0  # an S3 throttling episode or a node's restart passes in seconds; a regional outage does not
 ATTEMPTS = 10
-FIRST_BACKOFF_S = 0.1  # object_store's and the AWS SDKs' first backoff
-MAX_BACKOFF_S = 15.0  # object_store's cap (the AWS SDKs': 20 s)
+FIRST_BACKOFF_S = 0.1  # object_store's first backoff
+MAX_BACKOFF_S = 15.0  # object_store's cap
 # The AWS SDK's standard retries of a throttled request (pyarrow's S3 filesystem), which know no
 # deadline: up to 1 s before the first retry, doubling, capped at 20 s (measured behind the fault
 # proxy: 4 retries took 11 s).
