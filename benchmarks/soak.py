@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,12 +176,11 @@ def _runs_forwarder_in_python(pid: int) -> bool:
 
 def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: float, event_bytes: int = 256,
          log: Any = print, engine: str = "delta-rs", min_passes: int = 0, store: S3Server | None = None,
-         create_table: Callable[[str], None] | None = None, **maintenance: Any) -> SoakReport:
+         **maintenance: Any) -> SoakReport:
     """Run the soak in `directory` with `sink.engine: engine`, the table and the checkpoint in a
     bucket of `store` if given; `maintenance` overrides keys of `sink.maintenance`. The last run
     goes on past `seconds` until the runs have reported `min_passes` maintenance passes (at most
-    `seconds` more): how many fit in the time depends on the machine. `create_table(location)` runs
-    before the first run (a table made by Spark with its features, say). The second kill (the only
+    `seconds` more): how many fit in the time depends on the machine. The second kill (the only
     one, of one) lands in a window: with delta-rs inside a maintenance commit; with delta-spark
     between a batch's Delta commit and Spark's (the harness cannot tell the files of Delta's
     OPTIMIZE from a batch's before they are committed); the others wherever the job is."""
@@ -195,8 +194,6 @@ def soak(directory: Path, seconds: float, rate: float, kills: int, pause_s: floa
                                sink={"engine": engine, "maintenance": settings},
                                trigger={"min_interval": "1s"},
                                logging={"level": "INFO", "progress": True, "progress_interval": "1s"})
-        if create_table is not None:
-            create_table(harness.table)
         started, started_monotonic = time.time(), time.monotonic()
         broker_pid = world.broker.pid if world.broker is not None else None
         with _Sampler(harness.files.checkpoint, broker_pid, started, seconds) as sampler:
