@@ -91,12 +91,13 @@ class Job:
         return len(delta_batches(self.table))
 
     def ended(self) -> str | None:
-        """If the current run has ended: "exit N: its last line", and a new run is started."""
+        """If the current run has ended: "exit N: its one line" (its first `forwarder: ` line, else
+        its last), and a new run is started."""
         code = self.current.returncode
         if code is None:
             return None
         lines = [line for line in self.current.output().splitlines() if line.strip()]
-        said = next((line for line in reversed(lines) if line.startswith("forwarder: ")), lines[-1] if lines else "")
+        said = next((line for line in lines if line.startswith("forwarder: ")), lines[-1] if lines else "")
         self.current = self._start()
         return f"exit {code}: {said[:300]}"
 
