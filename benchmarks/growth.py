@@ -29,13 +29,16 @@ aging writes the server's files directly) and counts the requests per micro-batc
 filesystem backend answers a listing by walking its directory, so its times grow with the log
 where S3's, which lists from an offset, do not: the request counts are the S3 measurement.
 
-`spark-on` and `spark-off` do the same with `sink.engine: delta-spark`: the forwarder's
-`DeltaSparkBatchWriter` in a local Spark session with Delta's jars (`harness.jvm`), each
-micro-batch timed around the whole Delta write (Spark writes the file and commits; there is no
-separate commit to time), `spark-on` with `spark_maintenance.run_pass` (Delta's OPTIMIZE,
-VACUUM, checkpoints every `checkpoint_interval`, synclib's log cleanup) before each
-measurement, `spark-off` with Delta's defaults (a checkpoint every 10 versions, Delta's own log
-cleanup after 30 days).
+`spark-on` and `spark-off` do the same with `sink.engine: delta-spark` on its row path (a
+transform, dead letters): the forwarder's `DeltaSparkBatchWriter` in a local Spark session with
+Delta's jars (`harness.jvm`), each micro-batch timed around the whole Delta write (Spark writes the
+file and commits; there is no separate commit to time), `spark-on` with `spark_maintenance.run_pass`
+(Delta's OPTIMIZE, VACUUM, checkpoints every `checkpoint_interval`, synclib's log cleanup) before
+each measurement, `spark-off` with Delta's defaults (a checkpoint every 10 versions, Delta's own log
+cleanup after 30 days). `spark-direct-on` and `spark-direct-off` are delta-spark's direct path, the
+job's default there: the file written as a read task writes it, untimed, then the driver's commit of
+its add action through Delta's transaction (`synclib.compat.delta_spark`), timed, as the delta-rs
+modes time theirs.
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from benchmarks import records
 from harness import jvm
 from harness.object_store import Request, S3Server
-from synclib.delta import maintenance, spark_maintenance
+from synclib.compat import delta_spark
+from synclib.compat import pyspark as spark_compat
+from synclib.delta import log_append, maintenance, spark_maintenance
 from synclib.delta import table as delta_table
 from synclib.delta.commits import commit_metadata
 from synclib.delta.parquet import ParquetPart
@@ -81,10 +86,11 @@ TOPIC = "events"
 # mode -> the maintenance settings of its pass before each measurement (None: no maintenance)
 MAINTENANCE: dict[str, dict[str, str] | None] = {
     "off": None, "on": {"min_age": "0s"}, "on-log-10m": {"min_age": "0s", "log_retention": "10m"}, "reopen": None,
-    "spark-on": {"min_age": "0s"}, "spark-off": None,
+    "spark-on": {"min_age": "0s"}, "spark-off": None, "spark-direct-on": {"min_age": "0s"}, "spark-direct-off": None,
 }
 MODES = tuple(MAINTENANCE)
-SPARK_MODES = ("spark-on", "spark-off")
+DIRECT_SPARK_MODES = ("spark-direct-on", "spark-direct-off")
+SPARK_MODES = ("spark-on", "spark-off", *DIRECT_SPARK_MODES)
 YOUNG_AGE = 100
 INTERVAL_S = TriggerConfig().min_interval  # between two aged versions: a busy stream's batches
 
@@ -108,7 +114,7 @@ class GrowingTable:
     """A forwarder-shaped Delta table, its fake Spark checkpoint and the forwarder's writer."""
 
     def __init__(self, directory: Path, rows: int, log_checkpoints: bool, spark: Any = None,
-                 store: S3Server | None = None) -> None:
+                 store: S3Server | None = None, direct: bool = False) -> None:
         self.store = store
         self.path = self.local = str(directory / "table")
         if store is not None:  # the table through the server; `local`: where the server keeps its files
@@ -126,6 +132,9 @@ class GrowingTable:
                                                  "logCheckpoints": str(log_checkpoints).lower()})
         self.spark = spark  # delta-spark: the forwarder's Spark writer in this session
         self.spark_writer = DeltaSparkBatchWriter(self.path, str(self.checkpoint), [])
+        self.direct_commits = None  # delta-spark's direct path: Delta's transaction commits the files
+        if spark is not None and direct:
+            self.direct_commits = delta_spark.DeltaLogCommits(spark, spark_compat.jvm(spark, "growth"), self.path)
         first = self._rows()
         write_deltalake(self.path, first, mode="append", commit_properties=self._properties())
         self._advance()
@@ -184,6 +193,19 @@ class GrowingTable:
         """One micro-batch through the forwarder's writer; the seconds its commit took (delta-spark:
         its whole write)."""
         (self.checkpoint / "offsets" / str(self.batch)).write_text(f"v1\n{{}}\n{self._offsets()}\n")
+        if self.direct_commits is not None:
+            from pyarrow import fs
+
+            part = ParquetPart(fs.LocalFileSystem(), self.local, self.schema, {})  # a read task's file
+            part.write(self._rows())
+            actions = [log_append.add_json(part.close())]
+            user_metadata = json.dumps(commit_metadata(self.app_id, self.batch, self._offsets()))
+            started = time.perf_counter()
+            self.direct_commits.commit(actions, self.app_id, self.batch, self.app_id.removeprefix("synclib-"),
+                                       user_metadata, None, check_transaction=False, check_metadata=lambda _: None)
+            elapsed = time.perf_counter() - started
+            self._advance()
+            return elapsed
         if self.spark is not None:
             data = self.spark.createDataFrame(self._rows(), schema=SCHEMA).coalesce(1)
             started = time.perf_counter()
@@ -260,7 +282,8 @@ def run(workdir: Path, versions: int, batches: int, rows: int, modes: Sequence[s
         tables = {}
         for age in (YOUNG_AGE, versions):
             table = GrowingTable(directory / str(age), rows, log_checkpoints=MAINTENANCE[mode] is None,
-                                 spark=spark if mode in SPARK_MODES else None, store=store)
+                                 spark=spark if mode in SPARK_MODES else None, store=store,
+                                 direct=mode in DIRECT_SPARK_MODES)
             started = time.perf_counter()
             table.age_to(age)
             if MAINTENANCE[mode] is None or mode in SPARK_MODES:  # what the commits would have written on the way

@@ -281,7 +281,7 @@ def growth_table(kept: Mapping[str, Any]) -> str:
     (the median of the runs' ratios, each run listed), the full read, live files and log entries
     at the old age, and the maintenance pass before it."""
     runs = kept["runs"]
-    modes = list(dict.fromkeys(m["mode"] for m in runs[-1]["growth"]))
+    modes = list(dict.fromkeys(m["mode"] for run in runs for m in run["growth"]))  # of every record joined
     old_age = max(m["versions"] for m in runs[-1]["growth"])
     young_age = min(m["versions"] for m in runs[-1]["growth"])
     rows = [f"| mode | batch commit p50 at {young_age:,} versions | at {old_age:,} | growth (runs) | "
@@ -307,8 +307,10 @@ def growth_table(kept: Mapping[str, Any]) -> str:
 
 MODE_LABELS = {"on": "delta-rs, maintenance at its defaults", "off": "delta-rs, no maintenance",
                "on-log-10m": "delta-rs, maintenance, `log_retention: 10m`", "reopen": "delta-rs, reopened each batch",
-               "spark-on": "delta-spark (the whole Spark write), maintenance at its defaults",
-               "spark-off": "delta-spark (the whole Spark write), Delta's defaults, no maintenance"}
+               "spark-on": "delta-spark's row path (the whole Spark write), maintenance at its defaults",
+               "spark-off": "delta-spark's row path (the whole Spark write), Delta's defaults, no maintenance",
+               "spark-direct-on": "delta-spark's direct path (Delta's commit), maintenance at its defaults",
+               "spark-direct-off": "delta-spark's direct path (Delta's commit), Delta's defaults, no maintenance"}
 
 
 # harness.procmem's roles as the long-run table names them (the largest process of each)
