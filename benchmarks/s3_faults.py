@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import records
+from benchmarks import record_tables, records
 from harness.fault_proxy import DELAY, INTERNAL, RESET_AFTER, RESET_BEFORE, SLOW_DOWN, FaultProxy
 from harness.job_files import delta_batches, verify_table
 from harness.job_world import JobRun, KafkaWorld, wait_for, write_config
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = [run_engine(engine, directory / engine, args.window, args.fraction, args.deadline, args.outage,
                        args.rate, lambda line: print(line, flush=True)) for engine in args.engines.split(",")]
     figures = [asdict(r) for r in runs]
-    print(records.s3_faults_table({"runs": [{"s3_faults": figures}]}), flush=True)
+    print(record_tables.s3_faults_table({"runs": [{"s3_faults": figures}]}), flush=True)
     if args.record:
         print("recorded in " + str(records.record_run(args.record, "python -m benchmarks.s3_faults", given, started,
                                                       s3_faults=figures)))
