@@ -9,7 +9,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,11 +25,17 @@ from synclib.leader.commitlog import LEGACY_TIMESTAMP_FORMAT, LEGACY_TIMESTAMP_H
 logger = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT_MS = 10_000  # a commit to a lost coordinator gives up and is retried the next round
+# Polls that returned records, at most this many per commit round. A broker answers a fetch as soon
+# as any partition has a record, so an unpaced leader fetches once per producer burst; each fetch names
+# every partition, and the embedded broker's cost per fetch grows with them (at 1,024 partitions and
+# 2,000 events/s: 1.11 cores unpaced, 0.52 at four polls a second, 0.34 with no consumer).
+POLLS_PER_ROUND = 4
 
 
 @dataclass
 class LeaderStats:
     consumed: int = 0
+    polls: int = 0  # polls that returned records
     rounds: int = 0
     published: int = 0
     resets: int = 0
@@ -97,7 +103,7 @@ class SimulatedLeader(Worker):
 
     def stats(self) -> LeaderStats:
         with self._lock:
-            return LeaderStats(self._stats.consumed, self._stats.rounds, self._stats.published, self._stats.resets)
+            return replace(self._stats)
 
     def pause(self) -> None:
         """Stop committing (a stalled leader); consuming goes on."""
@@ -165,9 +171,14 @@ class SimulatedLeader(Worker):
                 )
                 with self._lock:
                     self._stats.consumed += len(records)
+            if batches:
+                with self._lock:
+                    self._stats.polls += 1
             if time.monotonic() >= next_round:
                 next_round = time.monotonic() + self.commit_interval
                 self._commit_round(consumer, producer, log_partitions)
+            elif batches:  # paced: the next fetch is answered as soon as any partition has a record
+                self._stopping.wait(min(self.commit_interval / POLLS_PER_ROUND, next_round - time.monotonic()))
 
     def _commit_round(self, consumer: KafkaConsumer, producer: KafkaProducer, log_partitions: list[int]) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from harness.procmem import stat_fields
 from synclib.embedded.broker import tied_to_this_process
 from synclib.embedded.default_world import SimulationProcess
-from synclib.embedded.leader import SimulatedLeader
+from synclib.embedded.leader import POLLS_PER_ROUND, SimulatedLeader
 from synclib.embedded.simulation import SimulationError
 from synclib.embedded.world import EventProducer, produce_backlog
 from synclib.leader.commitlog import LEGACY_TIMESTAMP_HEADER, decode_commit
@@ -141,6 +141,19 @@ def test_leader_commits_only_after_lag_then_catches_up(new_topic, client, sims):
         assert commit.received_p99 is not None and commit.received_p99 <= commit.orig_message_ts
     assert all(group_committed(client, topic, p) == offset for p, offset in produced.items())
     assert leader.stats().consumed == 200
+
+
+def test_the_leader_polls_a_few_times_a_round_however_often_the_producer_sends(new_topic, client, sims):
+    """Paced (POLLS_PER_ROUND): a poll per producer burst (every 50 ms) would make the broker scan
+    every partition twenty times a second."""
+    topic, log = new_topic("events", partitions=2), new_topic("commit-log")
+    leader = sims(SimulatedLeader(topic, log, client, lag=0, commit_interval=0.4))
+    producer = sims(EventProducer(topic, client, rate=200, total=400))
+    assert producer.join(30)
+    wait_until(lambda: leader.committed() == producer.produced(), what="leader caught up with the producer")
+    stats = leader.stats()
+    assert stats.consumed == 400
+    assert stats.polls <= POLLS_PER_ROUND * (stats.rounds + 1)
 
 
 def test_legacy_format_decodes_with_timestamp_header(new_topic, client, sims):
