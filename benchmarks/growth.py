@@ -60,6 +60,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from pyarrow import fs
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from benchmarks import records
@@ -163,8 +164,6 @@ class GrowingTable:
 
     def age_to(self, versions: int) -> None:
         """Append synthetic commits (one file each) straight into the log until `versions` exist."""
-        from pyarrow import fs
-
         version = DeltaTable(self.path).version()
         log = Path(self.local) / "_delta_log"
         filesystem = fs.LocalFileSystem()
@@ -194,8 +193,6 @@ class GrowingTable:
         its whole write)."""
         (self.checkpoint / "offsets" / str(self.batch)).write_text(f"v1\n{{}}\n{self._offsets()}\n")
         if self.direct_commits is not None:
-            from pyarrow import fs
-
             part = ParquetPart(fs.LocalFileSystem(), self.local, self.schema, {})  # a read task's file
             part.write(self._rows())
             actions = [log_append.add_json(part.close())]
