@@ -4,6 +4,7 @@
     python -m benchmarks.wide read --partitions 1024 [--apache]  # one read task over every partition
     python -m benchmarks.wide follower --partitions 1024 --groups 3  # the commit-log follower's catch-up
     python -m benchmarks.wide status --partitions 1024    # the status command after 40 s of the embedded world
+    python -m benchmarks.wide world --partitions 1024     # the embedded world's own CPU: what it leaves the job
 
 Each prints one line: wall and this process's CPU (all its threads), with the load. The planner and the
 status command run against the embedded world at 2,000 events/s (the README's first command); quote them
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 
 from kafka import KafkaProducer
 
+from harness.procmem import argv, cpu_seconds, descendants
 from synclib.app.status import collect, format_status
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.default_world import EmbeddedWorld
@@ -148,9 +150,24 @@ def status(partitions: int) -> str:
         return f"status at {partitions} partitions: {_since(began)}, {len(text.splitlines())} lines"
 
 
+def world(partitions: int, seconds: float = 20.0) -> str:
+    """The CPU of the embedded world's processes (the broker; the producer and the leader) at
+    2,000 events/s, after 8 s: on one machine, what the world leaves the job."""
+    with _world(partitions):
+        time.sleep(8)
+        pids = [pid for pid in descendants(os.getpid()) if pid != os.getpid()]
+        brokers = {pid for pid in pids if "tansu" in "".join(argv(pid)[:1])}
+        before = {pid: cpu_seconds(pid) or 0.0 for pid in pids}
+        time.sleep(seconds)
+        cores = {pid: ((cpu_seconds(pid) or 0.0) - before[pid]) / seconds for pid in pids}
+    broker = sum(cores[pid] for pid in brokers)
+    return (f"embedded world at {partitions} partitions: broker {broker:.2f} cores, "
+            f"producer and leader {sum(cores.values()) - broker:.2f} cores")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("piece", choices=("planner", "read", "follower", "status"))
+    parser.add_argument("piece", choices=("planner", "read", "follower", "status", "world"))
     parser.add_argument("--partitions", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=8, help="planner: batches measured")
     parser.add_argument("--apache", action="store_true", help="read: on Apache Kafka 4 instead of Tansu")
@@ -160,7 +177,8 @@ def main() -> None:
     line = {"planner": lambda: planner(args.partitions, args.batches),
             "read": lambda: read(args.partitions, args.apache),
             "follower": lambda: follower(args.partitions, args.groups, args.rounds),
-            "status": lambda: status(args.partitions)}[args.piece]()
+            "status": lambda: status(args.partitions),
+            "world": lambda: world(args.partitions)}[args.piece]()
     print(f"{line}; load {os.getloadavg()[0]:.1f}", flush=True)
 
 
