@@ -166,8 +166,7 @@ def _read_together(records_consumer: RecordsConsumer, ranges: Mapping[TopicParti
     consumer = records_consumer.kafka
     consumer.assign(list(ranges))
     consumer.resume(*ranges)  # paused when a previous task finished them
-    for tp, offsets in ranges.items():
-        consumer.seek(tp, offsets.start)
+    kafka_python.seek(consumer, {tp: offsets.start for tp, offsets in ranges.items()})
     positions = {tp: offsets.start for tp, offsets in ranges.items()}
     last_progress = dict.fromkeys(ranges, time.monotonic())
     pending = {tp for tp, offsets in ranges.items() if offsets.start < offsets.end}

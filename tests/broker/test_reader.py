@@ -19,7 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
+from synclib.compat import kafka_python
 from synclib.kafka import reader
 from synclib.kafka.reader import KafkaInputPartition, read_partition
 from synclib.offsets import OffsetRange
@@ -134,3 +136,27 @@ def test_a_task_of_a_few_rows_per_partition_fetches_about_those_rows_not_the_par
     got = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
     assert sorted(got) == sorted((p, record.offset) for p in produced for record in produced[p][100:100 + few])
     assert decoded <= partitions * few * 4, f"decoded {decoded} rows for {partitions * few}"  # unsized: 800
+
+
+def test_a_task_seeks_every_partition_at_once_and_refuses_an_unassigned_one(bootstrap_servers: str,
+                                                                           new_topic: Any) -> None:
+    """`kafka_python.seek`: KafkaConsumer.seek's effect for hundreds of partitions (the public call
+    checks each against a set of the assignment built anew)."""
+    topic, partitions = new_topic("seek", 300), 300
+    kafka = producer(bootstrap_servers)
+    for p in range(partitions):
+        kafka.produce(topic, value=b"v", partition=p)
+    assert kafka.flush(30) == 0
+    consumer = KafkaConsumer(bootstrap_servers=[bootstrap_servers], enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps[:-1])
+        consumer.seek_to_end(*tps[:-1])
+
+        kafka_python.seek(consumer, {tp: tp.partition % 2 for tp in tps[:-1]})
+
+        assert {tp: consumer.position(tp) for tp in tps[:-1]} == {tp: tp.partition % 2 for tp in tps[:-1]}
+        with pytest.raises(ValueError, match="Unassigned partition"):
+            kafka_python.seek(consumer, {tps[0]: 0, tps[-1]: 0})
+    finally:
+        consumer.close()
