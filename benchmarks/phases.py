@@ -262,12 +262,13 @@ class Bench:
                 "cpu_s_per_s": {role: round(cpu / elapsed, 3) for role, cpu in usage.cpu_seconds_by_role().items()}}
 
     def _wait_produced(self, producer: LiveProducer) -> PartitionEnds:
-        deadline = time.monotonic() + 60
-        while len(produced := producer.produced()) < self.cluster.partitions:
+        """What the producer has written once it writes at its rate (each step then commits new events)."""
+        deadline = time.monotonic() + 120
+        while not producer.steady():
             if time.monotonic() > deadline:
-                raise TimeoutError("the latency phase's producer wrote nothing in 60s")
+                raise TimeoutError(f"the latency phase's producer not at its rate after 120s: {producer.produced()}")
             time.sleep(0.05)
-        return produced
+        return producer.produced()
 
 
 def _median_durations(batches: Sequence[Mapping[str, Any]]) -> dict[str, float]:

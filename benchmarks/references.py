@@ -12,19 +12,10 @@ from typing import Any
 import confluent_kafka
 from kafka import KafkaConsumer, TopicPartition
 
-from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds
+from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds, librdkafka_settings
 from synclib.kafka import reader as partition_reader
 
 LIBRDKAFKA_BATCH = 10_000  # messages per consume() call
-# kafka-python client settings -> librdkafka's, for the reference consumer on secured clusters.
-LIBRDKAFKA_NAMES = {
-    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanisms",
-    "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
-    "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
-    "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
-}
-
-
 def reference_rate(client_config: Mapping[str, Any], topic: str, ends: PartitionEnds) -> float:
     """msg/s of one plain kafka-python consumer reading the whole backlog."""
     consumer = KafkaConsumer(**partition_reader.consumer_settings(client_config))
@@ -50,10 +41,8 @@ def librdkafka_rate(client_config: Mapping[str, Any], topic: str, ends: Partitio
     does not), and fetches without backing off: by default, once 100,000 messages are queued
     locally, librdkafka postpones the next fetch by fetch.queue.backoff.ms (1 s), which held it
     at 160-190k msg/s here against 480-690k without (same CPU per message)."""
-    settings = {librdkafka: client_config[name] for name, librdkafka in LIBRDKAFKA_NAMES.items()
-                if client_config.get(name) is not None}
     consumer = confluent_kafka.Consumer({
-        **settings, "bootstrap.servers": ",".join(client_config["bootstrap_servers"]),
+        **librdkafka_settings(client_config),
         "group.id": f"synclib-benchmark-{os.getpid()}", "enable.auto.commit": False,
         "enable.auto.offset.store": False, "check.crcs": True, "fetch.queue.backoff.ms": 0,
     })
