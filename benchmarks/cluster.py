@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import confluent_kafka
 from kafka import KafkaProducer
 
 from synclib.background import BackgroundThread
@@ -80,8 +81,6 @@ class LiveProducer(BackgroundThread):
             return dict(self._produced)
 
     def _work(self) -> None:
-        import confluent_kafka
-
         partitions = self._cluster.partitions
         producer = confluent_kafka.Producer({**librdkafka_settings(self._cluster.client_config), "linger.ms": 5})
         started, sent = time.monotonic(), 0
@@ -97,7 +96,7 @@ class LiveProducer(BackgroundThread):
                 self._last_burst = sum(len(values) for values in records.values())
         producer.flush(5)
 
-    def _send(self, producer: Any, records: Mapping[int, list[bytes]]) -> PartitionEnds:
+    def _send(self, producer: confluent_kafka.Producer, records: Mapping[int, list[bytes]]) -> PartitionEnds:
         """Every record delivered, each partition's last alone after the others; the next offsets."""
         ends: PartitionEnds = {}
         errors: list[Any] = []

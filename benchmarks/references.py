@@ -16,6 +16,8 @@ from benchmarks.cluster import WAIT_TIMEOUT_S, PartitionEnds, librdkafka_setting
 from synclib.kafka import reader as partition_reader
 
 LIBRDKAFKA_BATCH = 10_000  # messages per consume() call
+
+
 def reference_rate(client_config: Mapping[str, Any], topic: str, ends: PartitionEnds) -> float:
     """msg/s of one plain kafka-python consumer reading the whole backlog."""
     consumer = KafkaConsumer(**partition_reader.consumer_settings(client_config))

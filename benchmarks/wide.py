@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from kafka import KafkaProducer
 
-from harness.procmem import argv, cpu_seconds, descendants
+from harness.procmem import cpu_seconds, descendants
 from synclib.app.status import collect, format_status
 from synclib.embedded.broker import EmbeddedBroker, TopicAdmin
 from synclib.embedded.default_world import EmbeddedWorld
@@ -153,14 +153,13 @@ def status(partitions: int) -> str:
 def world(partitions: int, seconds: float = 20.0) -> str:
     """The CPU of the embedded world's processes (the broker; the producer and the leader) at
     2,000 events/s, after 8 s: on one machine, what the world leaves the job."""
-    with _world(partitions):
+    with _world(partitions) as world:
         time.sleep(8)
         pids = [pid for pid in descendants(os.getpid()) if pid != os.getpid()]
-        brokers = {pid for pid in pids if "tansu" in "".join(argv(pid)[:1])}
         before = {pid: cpu_seconds(pid) or 0.0 for pid in pids}
         time.sleep(seconds)
         cores = {pid: ((cpu_seconds(pid) or 0.0) - before[pid]) / seconds for pid in pids}
-    broker = sum(cores[pid] for pid in brokers)
+        broker = cores.get(world.broker.pid, 0.0)
     return (f"embedded world at {partitions} partitions: broker {broker:.2f} cores, "
             f"producer and leader {sum(cores.values()) - broker:.2f} cores")
 
