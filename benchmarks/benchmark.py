@@ -18,16 +18,19 @@ one backlog of `--messages` records per partition:
    the forwarder with `sink.engine` set to it: the leader's commit log first releases a
    warm-up slice, then the whole backlog; rows/s from the start of the first batch after the
    warm-up to the Delta commit that holds the last row, CPU seconds per process role;
-3. gate latency, per trigger of `--latency-triggers` (default: the config's), with the first
-   engine: a producer keeps writing while the leader commits in steps at random intervals; per
-   step, from the commit-log message being acknowledged to a Delta commit holding its offsets
-   appearing in the table's log (polled every 10 ms).
+3. gate latency, per trigger of `--latency-triggers` (default: the config's) and per engine of
+   `--engines`: a producer keeps writing while the leader commits in steps at random intervals;
+   per step, from the commit-log message being acknowledged to a Delta commit holding its
+   offsets appearing in the table's log (polled every 10 ms).
 
-Then once: the micro-batch floor per trigger of `--floor-triggers` (benchmarks/floor.py:
-one-row batches and idle triggers, Spark's `durationMs`), and the forwarder phase on a backlog
-of `--memory-messages` per partition (N) and on one `--memory-scale` times larger: peak RSS
-per process role at 10N against N. The forwarder is the job's own (`synclib.app.forwarder.Forwarder`)
-with the given config (default conf/local.yaml), trigger and batch sizing included.
+Then once: the micro-batch floor per trigger of `--floor-triggers` and per engine
+(benchmarks/floor.py: one-row batches and idle triggers, Spark's `durationMs`), and, with the
+first engine only, the forwarder phase on a backlog of `--memory-messages` per partition (N) and
+on one `--memory-scale` times larger: peak RSS per process role at 10N against N. Latency and
+floor figures are kept per engine and, as before, the first engine's alone (that shape:
+benchmarks/trigger_phases.py); the targets and the partitions axis read the first engine's. The
+forwarder is the job's own (`synclib.app.forwarder.Forwarder`) with the given config (default
+conf/local.yaml), trigger and batch sizing included.
 
 With several `--partitions` (e.g. 4,64,256,1024) the whole benchmark runs once per partition
 count, with the same total backlog (`--messages` per partition at the first count) and the same
@@ -61,17 +64,18 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, object_store_cost, records, report, spark_floor
+from benchmarks import floor, object_store_cost, records, report, spark_floor, trigger_phases
 from benchmarks.cluster import Cluster
 from benchmarks.peers import SparkKafkaPeer
 from benchmarks.phases import Bench, Settings
 from benchmarks.references import librdkafka_rate, reference_rate
+from benchmarks.trigger_phases import config_trigger, trigger_label
 from harness.delay_proxy import DelayProxyProcess
 from harness.object_store import S3Server
 from synclib.logs import configure_logging
-from synclib.settings import ConfigError, ForwarderConfig, load_config
+from synclib.settings import ConfigError, load_config
 from synclib.settings.kafka import kafka_client_config
-from synclib.settings.values import DELTA_RS, DELTA_SPARK, LEADER, PROCESSING_TIME, parse_duration
+from synclib.settings.values import DELTA_RS, DELTA_SPARK
 
 LOCAL_BROKERS = ("embedded", "apache-kafka", "apache-kafka-3.9")
 
@@ -95,8 +99,8 @@ def _common() -> argparse.ArgumentParser:
                         "Kafka 4 and 'apache-kafka-3.9' a Kafka 3.9, both from jvm/ivy.xml)")
     common.add_argument("--engines", default="delta-rs,delta-spark",
                         help="Delta engines, comma-separated; with run, of the forwarder and of Spark's Kafka "
-                        "source, the first one also running the latency, floor and memory phases (default: "
-                        "%(default)s)")
+                        "source, the forwarder's each also in the latency and floor phases and the first one in "
+                        "the memory phase (default: %(default)s)")
     common.add_argument("--floor-steps", type=int, default=12,
                         help="one-row batches per trigger in the floor phase (0: skip)")
     common.add_argument("--floor-interval", type=float, default=1.0, help="mean seconds between one-row commits")
@@ -254,30 +258,6 @@ def _object_store(stack: ExitStack, spark: Any, workdir: str) -> S3Server:
     return store
 
 
-def _label(seconds: float) -> str:
-    """A trigger interval as the benchmark names it: 1s, 500ms."""
-    return f"{seconds:g}s" if seconds >= 1 and seconds == int(seconds) else f"{round(seconds * 1000)}ms"
-
-
-def trigger_label(text: str) -> str:
-    """`leader`, or an interval as `_label` names it ('0.25s' -> '250ms'); ValueError otherwise."""
-    text = text.strip()
-    return LEADER if text.lower() == LEADER else _label(parse_duration(text))
-
-
-def config_trigger(config: ForwarderConfig) -> str:
-    """The trigger a config runs, as `trigger_label` names it."""
-    trigger = config.trigger
-    return LEADER if trigger.mode != PROCESSING_TIME else _label(trigger.processing_time)
-
-
-def trigger_overrides(label: str) -> list[str]:
-    """The config overrides that run trigger `label`."""
-    if label == LEADER:
-        return [f"trigger.mode={LEADER}"]
-    return [f"trigger.mode={PROCESSING_TIME}", f"trigger.processing_time={label}"]
-
-
 def _attempt(what: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A contender's result, or {"error"}: one failing engine does not lose the others' numbers."""
     try:
@@ -370,9 +350,8 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                 forwarders[engine] = _attempt(
                     f"forwarder {engine}",
                     lambda e=engine, x=extra, i=index: bench.throughput(topic, ends, f"run{i}-{e}", x))
-            latencies = {t: _attempt(f"latency at {t}", lambda t=t, i=index: bench.latency(
-                f"run{i}-lat-{t}", [*engine_sets[primary], *trigger_overrides(t)]))
-                for t in latency_triggers} if settings.latency_steps else {}
+            latencies = trigger_phases.latencies(bench, args.engines, latency_triggers, f"run{index}",
+                                                 _attempt) if settings.latency_steps else {}
             forwarder = forwarders[primary]
             rate = forwarder.get("rows_per_s")
             runs.append({"load_avg": load, "load_avg_end": os.getloadavg(),
@@ -383,18 +362,19 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
                          "forwarder": forwarder, "forwarders": forwarders, "spark_kafka": spark_kafka,
                          "ratio": None if rate is None else rate / reference,
                          "ratio_librdkafka": None if rate is None else rate / librdkafka,
-                         "latency": latencies.get(latency_triggers[0]), "latencies": latencies})
+                         "latency": latencies.get(primary, {}).get(latency_triggers[0]),
+                         **trigger_phases.keyed(latencies, "latencies", primary)})
             report.print_run(index + 1, runs[-1])
             results["runs"] = runs
             save(results)  # what was measured survives a later phase's failure
         results["median"] = report.medians(runs)
         if args.floor_steps:
-            results["floor"], results["floor_spark_kafka"] = {}, {}
-            for t in args.floor_triggers or [trigger]:
-                results["floor"][t] = _attempt(f"floor at {t}", lambda t=t: floor.floor(
-                    bench, f"floor-{t}", [*engine_sets[primary], *trigger_overrides(t)],
-                    args.floor_steps, args.floor_interval))
-                print(f"batch floor at trigger {t}: {report.floor_line(results['floor'][t])}", flush=True)
+            floors: dict[str, dict[str, Any]] = {engine: {} for engine in args.engines}  # filled as measured
+            results.update(trigger_phases.keyed(floors, "floor", primary), floor_spark_kafka={})
+            for engine, t, one in trigger_phases.floors(bench, args.engines, args.floor_triggers or [trigger],
+                                                        args.floor_steps, args.floor_interval, _attempt):
+                floors[engine][t] = one
+                print(f"batch floor {report.at(t, engine, args.engines)}: {report.floor_line(one)}", flush=True)
                 save(results)
             if args.spark_kafka:  # the same sink behind Spark's Kafka source at its best trigger
                 results["floor_spark_kafka"][SPARK_BEST] = _attempt("Spark Kafka floor", lambda: floor.floor(
@@ -409,27 +389,11 @@ def run(spark: Any, args: argparse.Namespace, save: Callable[[Mapping[str, Any]]
             print(f"Spark's own floor (rate -> Parquet at trigger {SPARK_BEST}), medians ms: "
                   + report.durations_line(results["floor_spark"]), flush=True)
         if settings.memory_scale:  # a failure (say, Spark's Python worker at a high load) loses only this phase
-            memory = _attempt("memory phase", lambda: _memory(bench, cluster, settings, engine_sets[primary]))
+            memory = _attempt("memory phase", lambda: bench.memory(engine_sets[primary]))
             results["memory_error" if "error" in memory else "memory"] = memory
     results["environment"]["load_avg_end"] = os.getloadavg()
     results["targets"] = report.targets(results)
     return results
-
-
-def _memory(bench: Bench, cluster: Cluster, settings: Settings, overrides: Sequence[str]) -> dict[str, Any]:
-    """The forwarder on a backlog of N and of `memory_scale` N: peak RSS per role at each, and their ratio."""
-    phases = {}
-    for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
-        topic, ends = cluster.backlog(f"memory-{label}", settings.memory_messages * scale, settings.value_bytes)
-        phases[label] = bench.throughput(topic, ends, f"memory-{label}", overrides)
-    (_, at_n), (_, at_large) = phases.items()
-    return {
-        "rows": {label: phase["rows"] for label, phase in phases.items()},
-        "rows_per_s": {label: phase["rows_per_s"] for label, phase in phases.items()},
-        "peak_mib": {label: phase["memory_mib"] for label, phase in phases.items()},
-        "ratio": {role: round(at_large["memory_mib"][role] / mib, 3)
-                  for role, mib in at_n["memory_mib"].items() if mib and role in at_large["memory_mib"]},
-    }
 
 
 def main(argv: Sequence[str] | None = None, default_config: str = DEFAULT_CONFIG) -> int:

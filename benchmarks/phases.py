@@ -228,6 +228,22 @@ class Bench:
                 return progress
             time.sleep(0.05)
 
+    def memory(self, extra: Sequence[str] = ()) -> dict[str, Any]:
+        """The forwarder on a backlog of N and of `memory_scale` N: peak RSS per role at each, and their ratio."""
+        settings, phases = self.settings, {}
+        for label, scale in (("N", 1), (f"{settings.memory_scale}N", settings.memory_scale)):
+            topic, ends = self.cluster.backlog(f"memory-{label}", settings.memory_messages * scale,
+                                               settings.value_bytes)
+            phases[label] = self.throughput(topic, ends, f"memory-{label}", extra)
+        (_, at_n), (_, at_large) = phases.items()
+        return {
+            "rows": {label: phase["rows"] for label, phase in phases.items()},
+            "rows_per_s": {label: phase["rows_per_s"] for label, phase in phases.items()},
+            "peak_mib": {label: phase["memory_mib"] for label, phase in phases.items()},
+            "ratio": {role: round(at_large["memory_mib"][role] / mib, 3)
+                      for role, mib in at_n["memory_mib"].items() if mib and role in at_large["memory_mib"]},
+        }
+
     def latency(self, name: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Seconds from each leader commit's acknowledgement to its offsets being in the table."""
         settings = self.settings

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
 from synclib.app.progress import table
@@ -16,6 +16,27 @@ CPU_COLUMNS = (("jvm", ("jvm",)), ("py-workers", ("python-worker",)),
                ("exec-jvm", ("executor-jvm",)), ("exec-py", ("executor-python-worker", "executor-other")),
                ("daemons", ("standalone-master", "standalone-worker")))
 ALWAYS_PRINTED = 4  # the first CPU columns, printed even when empty
+
+
+def by_engine(found: Mapping[str, Any], key: str, first: str = "") -> dict[str, Any]:
+    """engine -> `found[key]` of that engine (a trigger's figures: `latencies` of a run, `floor` of
+    the results, `latency` of the medians, `triggers` of a record): `found["engines"][ENGINE][key]`
+    as a run of several engines keeps them (benchmarks/trigger_phases.py), else `found[key]` as
+    the first engine's, named `first` (results and records of one engine, and those made before)."""
+    engines = {engine: one[key] for engine, one in (found.get("engines") or {}).items() if key in one}
+    return engines or ({first: found[key]} if found.get(key) else {})
+
+
+def beside(per_engine: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, Any]]:
+    """(trigger, engine, figures) of engine -> trigger -> figures, each trigger's engines together."""
+    triggers = dict.fromkeys(trigger for one in per_engine.values() for trigger in one)
+    return [(trigger, engine, one[trigger]) for trigger in triggers for engine, one in per_engine.items()
+            if trigger in one]
+
+
+def at(trigger: str, engine: str, engines: Sized) -> str:
+    """`at trigger T`, after `into ENGINE` where several engines were measured (one engine's lines read as before)."""
+    return (f"into {engine} " if len(engines) > 1 else "") + f"at trigger {trigger}"
 
 
 def median(values: Sequence[float | None]) -> float | None:
@@ -76,15 +97,20 @@ def medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
         for engine in {e for r in runs for e in ratios(r)}:
             table[name][f"forwarder {engine} x"] = median([ratios(r).get(engine, {}).get(name) for r in runs])
-    latencies: dict[str, Any] = {}
-    for trigger in {t for r in runs for t in r.get("latencies", {})}:
-        found = [r["latencies"][trigger] for r in runs if "p50_s" in r.get("latencies", {}).get(trigger, {})]
-        latencies[trigger] = {
-            "p50_s": median([x["p50_s"] for x in found]), "p99_s": median([x["p99_s"] for x in found]),
-            "max_s": max((x["max_s"] for x in found), default=None),
-            "query_cpu_s_per_s": median([query_cpu(x) for x in found]),
-        }
-    return {"table": table, "latency": latencies,
+    first = next(iter(by_engine(runs[0], "latencies")), "")
+    latencies: dict[str, dict[str, Any]] = {}
+    for engine in dict.fromkeys(e for r in runs for e in by_engine(r, "latencies", first)):
+        per_run = [by_engine(r, "latencies", first).get(engine, {}) for r in runs]
+        latencies[engine] = {}
+        for trigger in dict.fromkeys(t for one in per_run for t in one):
+            found = [one[trigger] for one in per_run if "p50_s" in one.get(trigger, {})]
+            latencies[engine][trigger] = {
+                "p50_s": median([x["p50_s"] for x in found]), "p99_s": median([x["p99_s"] for x in found]),
+                "max_s": max((x["max_s"] for x in found), default=None),
+                "query_cpu_s_per_s": median([query_cpu(x) for x in found]),
+            }
+    return {"table": table, "latency": latencies.get(first, {}),
+            "engines": {engine: {"latency": one} for engine, one in latencies.items()},
             "reference_msgs_per_s": table["kafka-python (1 process)"]["rows_per_s"],
             "librdkafka_msgs_per_s": table["librdkafka (1 process)"]["rows_per_s"],
             "forwarder_rows_per_s": median([r["forwarder"].get("rows_per_s") for r in runs]),
@@ -164,11 +190,13 @@ def query_cpu(latency: Mapping[str, Any]) -> float | None:
 def print_run(number: int, run: Mapping[str, Any]) -> None:
     load = " ".join(f"{x:.2f}" for x in run["load_avg"])
     print_table(run_table(run), f"run {number} (load average {load})")
-    for trigger, latency in run.get("latencies", {}).items():
+    per_engine = by_engine(run, "latencies")
+    for trigger, engine, latency in beside(per_engine):
+        where = at(trigger, engine, per_engine)
         if "error" in latency:
-            print(f"  gate latency at trigger {trigger}: failed: {latency['error']}", flush=True)
+            print(f"  gate latency {where}: failed: {latency['error']}", flush=True)
             continue
-        print(f"  gate latency at trigger {trigger}: p50 {latency['p50_s']:.2f} / p99 {latency['p99_s']:.2f} / "
+        print(f"  gate latency {where}: p50 {latency['p50_s']:.2f} / p99 {latency['p99_s']:.2f} / "
               f"max {latency['max_s']:.2f} s; median batch ms {latency['batch_ms']}; CPU s/s "
               + ", ".join(f"{k} {v:.3f}" for k, v in (latency.get("cpu_s_per_s") or {}).items()), flush=True)
 
@@ -181,12 +209,14 @@ def print_report(results: Mapping[str, Any]) -> None:
         if row.get("peak_mib"):
             print(f"peak RSS MiB, {name} (medians; per role the largest process, total: all of them): "
                   + ", ".join(f"{role} {mib:,.0f}" for role, mib in row["peak_mib"].items() if mib is not None))
-    for trigger, latency in med["latency"].items():
-        print(f"gate latency at trigger {trigger} (medians): p50 {_cell(latency['p50_s'], '.2f')} / "
+    latencies = by_engine(med, "latency")
+    for trigger, engine, latency in beside(latencies):
+        print(f"gate latency {at(trigger, engine, latencies)} (medians): p50 {_cell(latency['p50_s'], '.2f')} / "
               f"p99 {_cell(latency['p99_s'], '.2f')} / max {_cell(latency['max_s'], '.2f')} s; the query's "
               f"CPU {_cell(latency.get('query_cpu_s_per_s'), '.3f')} s/s")
-    for trigger, floor in results.get("floor", {}).items():
-        print(f"batch floor at trigger {trigger}: {floor_line(floor)}")
+    floors = by_engine(results, "floor")
+    for trigger, engine, floor in beside(floors):
+        print(f"batch floor {at(trigger, engine, floors)}: {floor_line(floor)}")
     for trigger, floor in results.get("floor_spark_kafka", {}).items():
         print(f"Spark's Kafka source -> delta-rs, floor at trigger {trigger}: {floor_line(floor)}")
     if "floor_spark" in results:

@@ -42,6 +42,10 @@ def test_tiny_benchmark_run_writes_sane_results(spark, bootstrap_servers: str, t
     assert latency["steps"] == 2 and len(latency["samples_s"]) == 2
     assert 0 < latency["p50_s"] <= latency["p99_s"] <= latency["max_s"]
     assert list(run["latencies"]) == [results["settings"]["trigger"]] == ["leader"]  # the job's default
+    # per engine too (one here), the first engine's also under the keys of a single-engine run
+    assert run["engines"] == {"delta-rs": {"latencies": run["latencies"]}}
+    assert results["median"]["engines"] == {"delta-rs": {"latency": results["median"]["latency"]}}
+    assert results["engines"] == {"delta-rs": {"floor": results["floor"]}}
 
     assert list(results["floor"]) == ["leader", "250ms"]
     for floor in results["floor"].values():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.benchmark import parse_args, recorded_command, trigger_overrides
+from benchmarks.benchmark import parse_args, recorded_command
+from benchmarks.trigger_phases import trigger_overrides
 
 
 def test_a_bad_override_stops_the_benchmark_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
