@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from benchmarks.report import ALWAYS_PRINTED, CPU_COLUMNS
+from benchmarks.report import ALWAYS_PRINTED, CPU_COLUMNS, by_engine
 from synclib.settings.values import parse_duration
 
 
@@ -72,26 +72,34 @@ def _trigger_order(label: str) -> tuple[int, float]:
 
 
 def triggers_table(kept: Mapping[str, Any]) -> str:
-    """Per trigger: gate latency under flow, the one-row latency and batch, idle CPU; then Spark's
-    Kafka source and Spark's own query at their best trigger."""
+    """Per trigger: gate latency under flow, the one-row latency and batch, idle CPU, a row per
+    engine where the record has several (`report.by_engine`: an older run's `triggers` are its
+    first engine's); then Spark's Kafka source and Spark's own query at their best trigger."""
     runs = kept["runs"]
+    engines = list(by_engine(runs[-1], "triggers")) or [""]
+    per_engine = [by_engine(run, "triggers", engines[0]) for run in runs]
 
-    def med(key: str, label: str) -> float | None:
-        return _med_at(runs, "triggers", label, key)
+    def med(key: str, label: str, engine: str) -> float | None:
+        return _med_at(per_engine, engine, label, key)
 
     def peer(key: str) -> float | None:
         return _med_at(runs, "spark_kafka", key)
 
     rows = ["| trigger | gate latency p50 / p99 | one-row latency p50 / p99 | one-row batch | idle CPU |",
             "|---|---|---|---|---|"]
-    for label in sorted(runs[-1]["triggers"], key=_trigger_order):
-        name = "`leader` (the default)" if label == "leader" else f"`processing_time` {label}"
-        rows.append(f"| {name} | {_cell(med('gate_p50_s', label), '.2f')} / {_cell(med('gate_p99_s', label), '.2f')} s"
-                    f" | {_cell(med('one_row_p50_s', label), '.3f')} / {_cell(med('one_row_p99_s', label), '.3f')} s"
-                    f" | {_cell(med('one_row_batch_ms', label), '.0f', ' ms')}"
-                    f" | {_cell(med('idle_cpu_s_per_s', label), '.3f', ' s/s')} |")
+    newest = per_engine[-1]
+    for label in sorted({label for one in newest.values() for label in one}, key=_trigger_order):
+        title = "`leader` (the default)" if label == "leader" else f"`processing_time` {label}"
+        for engine in (e for e in engines if label in newest.get(e, {})):  # a trigger's engines together
+            name = f"{title}, {engine}" if len(engines) > 1 else title
+            rows.append(f"| {name} | {_cell(med('gate_p50_s', label, engine), '.2f')} / "
+                        f"{_cell(med('gate_p99_s', label, engine), '.2f')} s"
+                        f" | {_cell(med('one_row_p50_s', label, engine), '.3f')} / "
+                        f"{_cell(med('one_row_p99_s', label, engine), '.3f')} s"
+                        f" | {_cell(med('one_row_batch_ms', label, engine), '.0f', ' ms')}"
+                        f" | {_cell(med('idle_cpu_s_per_s', label, engine), '.3f', ' s/s')} |")
     if any(run.get("spark_kafka") for run in runs):
-        trigger = runs[-1]["spark_kafka"]["trigger"]
+        trigger = next(run["spark_kafka"]["trigger"] for run in reversed(runs) if run.get("spark_kafka"))
         rows.append(f"| Spark's Kafka source -> delta-rs at {trigger} | - | "
                     f"{_cell(peer('one_row_p50_s'), '.3f')} / {_cell(peer('one_row_p99_s'), '.3f')} s | "
                     f"{_cell(peer('one_row_batch_ms'), '.0f', ' ms')} | "

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.record_tables import NEWEST_ONLY, RENDERERS, floor_figures, source_line
-from benchmarks.report import axis_rows
+from benchmarks.report import axis_rows, beside, by_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -54,18 +54,23 @@ def provenance(env: Mapping[str, Any]) -> dict[str, Any]:
 
 def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     """What a run of jobs/benchmark.py measured, for the record: the object-store phase's request
-    counts as they are, the partitions axis's rows, or a run's throughput, memory, latency and floor."""
+    counts as they are, the partitions axis's rows, or a run's throughput, memory, latency and floor
+    (`triggers`: the first engine's per trigger; with several engines also `engines`, each engine's
+    `triggers`, as `report.by_engine` reads them)."""
     if "partitions_axis" in results:
         first = next(iter(results["partitions_axis"].values()))
         return {**provenance(first["environment"]), "axis": axis_rows(results["partitions_axis"])}
     if "object_store" in results:
         return {**provenance(results["environment"]), "object_store": results["object_store"]}
     median = results.get("median") or {}
-    triggers: dict[str, dict[str, Any]] = {}
-    for label, latency in (median.get("latency") or {}).items():
-        triggers.setdefault(label, {}).update(gate_p50_s=latency.get("p50_s"), gate_p99_s=latency.get("p99_s"))
-    for label, floor in (results.get("floor") or {}).items():
-        triggers.setdefault(label, {}).update(floor_figures(floor))
+    latencies, floors = by_engine(median, "latency"), by_engine(results, "floor")
+    triggers: dict[str, dict[str, dict[str, Any]]] = {}  # engine -> trigger -> figures
+    for label, engine, latency in beside(latencies):
+        triggers.setdefault(engine, {}).setdefault(label, {}).update(
+            gate_p50_s=latency.get("p50_s"), gate_p99_s=latency.get("p99_s"))
+    for label, engine, floor in beside(floors):
+        triggers.setdefault(engine, {}).setdefault(label, {}).update(floor_figures(floor))
+    first = next(iter({**latencies, **floors}), "")
     peer = next(iter((results.get("floor_spark_kafka") or {}).items()), None)
     spark_floor = results.get("floor_spark") or {}
     memory = results.get("memory") or {}
@@ -79,7 +84,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
         "memory": None if not memory else {"rows": memory["rows"],
                                            "peak_mib": {label: peaks.get("total")
                                                         for label, peaks in memory["peak_mib"].items()}},
-        "triggers": triggers,
+        # the first engine's as a record of one engine keeps them; each engine's too when there are several
+        "triggers": triggers.get(first, {}),
+        **({"engines": {engine: {"triggers": one} for engine, one in triggers.items()}} if len(triggers) > 1 else {}),
         "spark_kafka": None if peer is None else {"trigger": peer[0], **floor_figures(peer[1])},
         "spark_floor_ms": spark_floor.get("triggerExecution"),
     }
