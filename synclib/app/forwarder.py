@@ -169,12 +169,14 @@ class Forwarder:
     def _delta_stream(self) -> DeltaStream:
         """The sink's table, checkpoint, engine, partitioning, trigger and query name, from the config."""
         sink, trigger = self.config.sink, self.config.trigger
+        maintained = spark_maintenance.table_properties(sink.maintenance) if sink.maintenance.enabled else {}
         return DeltaStream(
             path=sink.path or "", checkpoint_location=self.config.checkpoint.location, engine=sink.engine,
             partition_by=tuple(sink.partition_by), partition_by_date=sink.partition_by_date,
             trigger=trigger.spark_trigger,
             query_name=QUERY_NAME, run_id=self.run_marker.run_id,  # the batch commits write the log checkpoints
-            table=sink.table, cluster_by=tuple(sink.cluster_by), table_properties=sink.table_properties)
+            table=sink.table, cluster_by=tuple(sink.cluster_by), table_properties=sink.table_properties,
+            maintained_properties=maintained)
 
     def _maintenance(self, spark: SparkSession) -> AbstractContextManager[object]:
         """The sink's maintenance thread (`sink.maintenance`; a no-op context when disabled), each

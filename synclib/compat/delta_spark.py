@@ -60,11 +60,12 @@ def _nullable(data_type: Any) -> Any:
     return data_type
 
 
-def new_table_metadata(schema_json: str, partition_by: Sequence[str]) -> dict[str, Any]:
-    """The `metaData` action of a new table with the Spark schema `schema_json`."""
+def new_table_metadata(schema_json: str, partition_by: Sequence[str],
+                       properties: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The `metaData` action of a new table with the Spark schema `schema_json` and table `properties`."""
     return {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
                          "schemaString": json.dumps(_nullable(json.loads(schema_json))),
-                         "partitionColumns": list(partition_by), "configuration": {},
+                         "partitionColumns": list(partition_by), "configuration": dict(properties or {}),
                          "createdTime": int(time.time() * 1000)}}
 
 
@@ -76,6 +77,7 @@ class DeltaLogCommits:
         self._jvm = jvm
         delta = jvm.org.apache.spark.sql.delta
         self._log = getattr(getattr(delta, "DeltaLog$"), "MODULE$").forTable(spark._jsparkSession, path)
+        self._committed: int | None = None  # the version this object committed last
 
     def commit(self, actions: Sequence[Mapping[str, Any]], app_id: str, batch_id: int, query_id: str,
                user_metadata: str, new_table: Mapping[str, Any] | None, check_transaction: bool,
@@ -86,9 +88,18 @@ class DeltaLogCommits:
         `check_transaction`: first ask Delta whether `app_id` committed `batch_id` already (a
         state reconstruction of the snapshot; the commit then also conflicts with a concurrent
         commit of that app id): None, and nothing committed, when it has. `check_metadata` gets
-        the table's `metaData` action as the transaction reads it (raising: nothing committed)."""
+        the table's `metaData` action as the transaction reads it (raising: nothing committed).
+
+        After a commit of its own, the next transaction without `check_transaction` reads the
+        snapshot that commit left (Delta builds it from the commit, without listing the log), not
+        a new listing of `_delta_log`, which on a filesystem without listing from an offset (a
+        local disk, HDFS, ADLS) walks every log entry since the last log checkpoint up to the log's
+        retention: the cost of a commit then stays flat as the table ages. Correct all the same
+        when another writer committed since: the commit's version is taken, Delta checks the
+        commits in between (a blind append conflicts only with a protocol or metadata change) and
+        commits after them, or raises the conflict, whose retry reads the log anew."""
         jvm = self._jvm
-        txn = self._log.startTransaction()
+        txn = self._transaction(fresh=check_transaction)
         if check_transaction and txn.txnVersion(app_id) >= batch_id:
             return None
         if new_table is not None and txn.readVersion() < 0:
@@ -103,7 +114,18 @@ class DeltaLogCommits:
         operation = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$StreamingUpdate")(
             jvm.org.apache.spark.sql.streaming.OutputMode.Append(), query_id, batch_id,
             jvm.scala.Option.apply(user_metadata))
-        return int(txn.commit(seq, operation))
+        self._committed = int(txn.commit(seq, operation))
+        return self._committed
+
+    def _transaction(self, fresh: bool) -> Any:
+        """A transaction on the newest snapshot Delta holds when it holds this object's last commit
+        (or a later one) and `fresh` is not asked; otherwise on the log listed anew (`update`)."""
+        if not fresh and self._committed is not None:
+            snapshot = self._log.unsafeVolatileSnapshot()
+            if snapshot.version() >= self._committed:
+                scala = self._jvm.scala
+                return self._log.startTransaction(scala.Option.empty(), scala.Option.apply(snapshot))
+        return self._log.startTransaction()
 
     def _action(self, action: Mapping[str, Any]) -> Any:
         return self._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps(action))

@@ -75,16 +75,19 @@ def _why_not(spark: SparkSession, path: str, table: DeltaTable | None) -> str | 
 class DeltaSparkDirectCommit:
     """`foreachBatch` function of the direct path on delta-spark: the batch's rows are the add
     actions of the files its read tasks wrote (`synclib.delta.direct.FILES_SCHEMA`), committed
-    in one Delta transaction. `schema_json`: the table's Spark schema, for a table not there yet."""
+    in one Delta transaction. `schema_json` and `properties`: the table's Spark schema and table
+    properties, for a table not there yet."""
 
     def __init__(self, commits: delta_spark.DeltaLogCommits, path: str, checkpoint_location: str,
-                 partition_by: Sequence[str], schema_json: str, run_id: str | None = None) -> None:
+                 partition_by: Sequence[str], schema_json: str, run_id: str | None = None,
+                 properties: Mapping[str, str] | None = None) -> None:
         self._commits = commits
         self._path = path
         self._checkpoint = checkpoint_location
         self._partition_by = list(partition_by)
         self._schema_json = schema_json
         self._run_id = run_id
+        self._properties = dict(properties or {})
         self._committed: int | None = None  # the batch id this writer committed last
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -99,7 +102,7 @@ class DeltaSparkDirectCommit:
                 check_replay(table, self._path, app_id, batch_id, offsets)
                 return
             if table is None:
-                new_table = delta_spark.new_table_metadata(self._schema_json, self._partition_by)
+                new_table = delta_spark.new_table_metadata(self._schema_json, self._partition_by, self._properties)
         if self._run_id:  # another run took the checkpoint over: it commits this batch, not us
             spark_checkpoint.check_run(self._checkpoint, self._run_id)
         actions = [log_append.add_json(f) for f in files]

@@ -49,7 +49,11 @@ class DeltaStream:
     Delta log checkpoints (maintenance writes them). `run_id`: each commit first checks the
     checkpoint's run marker (`synclib.spark_checkpoint.check_run`). `table`: the table by name
     (`synclib.delta.catalog`; `path` is then '' until `start_delta_stream` fills in the location the
-    catalog gives), created when missing with `cluster_by` and `table_properties`."""
+    catalog gives), created when missing with `cluster_by` and `table_properties`.
+    `maintained_properties`: the table properties the job's maintenance keeps on a delta-spark table
+    (`synclib.delta.spark_maintenance.table_properties`), which a table delta-spark's direct path
+    creates has from its first version (Delta's own default until the first pass: a log checkpoint
+    in every 10th commit)."""
 
     path: str
     checkpoint_location: str
@@ -63,6 +67,7 @@ class DeltaStream:
     table: str | None = None
     cluster_by: tuple[str, ...] = ()
     table_properties: Mapping[str, str] = field(default_factory=dict)
+    maintained_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def table_path(self) -> str:
@@ -155,7 +160,7 @@ def start_delta_stream(df: DataFrame, stream: DeltaStream, *,
     if chosen == DELTA_SPARK:
         if files is not None and commits is not None:
             commit = DeltaSparkDirectCommit(commits, table_path, stream.checkpoint, partition_by, df.schema.json(),
-                                            stream.run_id)
+                                            stream.run_id, stream.maintained_properties)
             return stream.writer(files).foreachBatch(commit).start()
         batch_writer = DeltaSparkBatchWriter(table_path, stream.checkpoint, partition_by, stream.run_id, stream.table)
         return stream.writer(df).foreachBatch(batch_writer).start()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -17,6 +17,7 @@ from synclib.compat import pyspark as spark_compat
 from synclib.delta import direct, log_append
 from synclib.delta.direct import TableFiles
 from synclib.delta.engine import delta_spark_available
+from synclib.delta.spark_writer import retrying_conflicts
 from synclib.delta.writer import arrow_schema
 from tests.support import wait_until
 
@@ -88,3 +89,39 @@ def test_delta_internals_commit_add_actions_written_elsewhere(spark: SparkSessio
     assert (entry.operation, entry.userMetadata, entry.operationParameters["epochId"]) == (
         "STREAMING UPDATE", '{"k": 1}', "7")
     assert DeltaTable(path).transaction_version("app") == 7
+
+
+def test_delta_commits_after_their_own_read_the_snapshot_they_left(spark: SparkSession, tmp_path: Path) -> None:
+    """After its own commit, the next transaction starts from the snapshot that commit left (no
+    listing of the log: its readVersion is that commit's), and still commits after another writer's
+    commit; another writer's metadata change is a conflict, whose retry reads the log anew. The other writer
+    is delta-rs: Spark's Delta writer in this JVM would update the snapshot Delta holds."""
+    jvm = spark_compat.jvm(spark, "nothing (test)")
+    path = str(tmp_path / "table")
+    schema = StructType([StructField("n", LongType()), StructField("p", StringType())])
+    files = TableFiles(path, arrow_schema(schema), ("p",))
+
+    def adds(n: int) -> list[dict[str, object]]:
+        (rows,) = files.write([pa.record_batch({"n": [n], "p": ["a"]})])
+        return [log_append.add_json(a) for a in direct.add_actions([rows])]
+
+    commits = delta_spark.DeltaLogCommits(spark, jvm, path)
+    seen: list[dict[str, str]] = []
+
+    def commit(n: int, batch_id: int) -> int | None:
+        return retrying_conflicts(lambda attempt: commits.commit(
+            adds(n), "app", batch_id, "query", "{}", delta_spark.new_table_metadata(schema.json(), ["p"]),
+            check_transaction=attempt > 1,
+            check_metadata=lambda metadata: seen.append(metadata["configuration"])), batch_id, "app")
+
+    assert commit(1, 0) == 0
+    write_deltalake(path, pa.table({"n": pa.array([2], pa.int64()), "p": ["b"]}), mode="append")  # version 1
+    assert commit(3, 1) == 2
+    DeltaTable(path).alter.set_table_properties({"delta.checkpointInterval": "50"})  # version 3, not through this JVM
+    assert commit(4, 2) == 4
+
+    history = {r.version: r.readVersion for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
+    assert (history[2], history[4]) == (0, 3)  # 2: on its own snapshot; 4: read anew after the conflict
+    assert [c.get("delta.checkpointInterval") for c in seen] == [None, None, "50"]
+    assert sorted(r.n for r in spark.read.format("delta").load(path).collect()) == [1, 2, 3, 4]
+    assert DeltaTable(path).transaction_version("app") == 2

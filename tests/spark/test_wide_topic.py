@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from synclib.app.forwarder import Forwarder
+from synclib.delta import spark_maintenance
 from synclib.delta.table import read_arrow, read_table_offsets
 from synclib.leader.commitlog import Commit, encode_commit
 from synclib.settings import ForwarderConfig
@@ -109,3 +110,6 @@ def test_a_wide_topic_is_released_exactly_to_each_leader_commit_and_a_stopped_le
     rows = duckdb.connect().execute("SELECT partition, \"offset\", value FROM read_parquet(?)",
                                     [DeltaTable(table).file_uris()]).fetchall()
     assert sorted((int(p), int(o), bytes(v).decode()) for p, o, v in rows) == every
+    # the table delta-spark's direct path created has maintenance's properties from its first version
+    assert DeltaTable(table, version=0).metadata().configuration == spark_maintenance.table_properties(
+        job.config.sink.maintenance)
