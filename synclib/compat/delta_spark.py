@@ -119,10 +119,16 @@ class DeltaLogCommits:
 
     def _transaction(self, fresh: bool) -> Any:
         """A transaction on the newest snapshot Delta holds when it holds this object's last commit
-        (or a later one) and `fresh` is not asked; otherwise on the log listed anew (`update`)."""
+        (or a later one) and `fresh` is not asked; otherwise on the log listed anew (`update`).
+        Also anew once that snapshot is more than a log checkpoint interval past its checkpoint:
+        a snapshot built from a commit is the one before plus that commit, so without a listing
+        now and then Delta would never see the checkpoints its post-commit hook writes, and the
+        snapshot's list of log entries would grow with every batch."""
         if not fresh and self._committed is not None:
             snapshot = self._log.unsafeVolatileSnapshot()
-            if snapshot.version() >= self._committed:
+            since_checkpoint = snapshot.version() - snapshot.checkpointProvider().version()
+            if snapshot.version() >= self._committed and \
+                    since_checkpoint <= self._log.checkpointInterval(snapshot.metadata()):
                 scala = self._jvm.scala
                 return self._log.startTransaction(scala.Option.empty(), scala.Option.apply(snapshot))
         return self._log.startTransaction()

@@ -125,3 +125,26 @@ def test_delta_commits_after_their_own_read_the_snapshot_they_left(spark: SparkS
     assert [c.get("delta.checkpointInterval") for c in seen] == [None, None, "50"]
     assert sorted(r.n for r in spark.read.format("delta").load(path).collect()) == [1, 2, 3, 4]
     assert DeltaTable(path).transaction_version("app") == 2
+
+
+def test_delta_commits_list_the_log_again_after_a_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
+    """The snapshot a commit leaves is the one before plus that commit: once it is a checkpoint
+    interval past its log checkpoint, the next transaction lists the log, finds the checkpoint Delta's
+    post-commit hook wrote, and the snapshot's log entries stay within an interval."""
+    jvm = spark_compat.jvm(spark, "nothing (test)")
+    path = str(tmp_path / "table")
+    schema = StructType([StructField("n", LongType())])
+    files = TableFiles(path, arrow_schema(schema), ())
+    commits = delta_spark.DeltaLogCommits(spark, jvm, path)
+    new_table = delta_spark.new_table_metadata(schema.json(), [], {"delta.checkpointInterval": "3"})
+    entries = []
+    for batch_id in range(10):
+        (rows,) = files.write([pa.record_batch({"n": [batch_id]})])
+        adds = [log_append.add_json(a) for a in direct.add_actions([rows])]
+        assert commits.commit(adds, "app", batch_id, "query", "{}", new_table, check_transaction=False,
+                              check_metadata=lambda metadata: None) == batch_id
+        delta_log = getattr(getattr(jvm.org.apache.spark.sql.delta, "DeltaLog$"), "MODULE$")
+        snapshot = delta_log.forTable(spark._jsparkSession, path).unsafeVolatileSnapshot()
+        entries.append(snapshot.logSegment().deltas().size())
+    assert max(entries) <= 4, entries  # without the listing: 1, 2, ..., 10
+    assert sorted(r.n for r in spark.read.format("delta").load(path).collect()) == list(range(10))
