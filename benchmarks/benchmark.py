@@ -242,7 +242,8 @@ def _broker(stack: ExitStack, kind: str) -> tuple[str, int | None]:
         return broker.bootstrap_servers, broker.pid
     from harness.apache_kafka import KAFKA_3_9, KAFKA_4, KafkaCluster
 
-    kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4))
+    kafka = stack.enter_context(KafkaCluster(1, version=KAFKA_3_9 if kind.endswith("3.9") else KAFKA_4,
+                                             in_memory=True))
     process = getattr(kafka.nodes[0], "_process", None)
     return kafka.bootstrap_servers, None if process is None else process.pid
 

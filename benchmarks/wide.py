@@ -100,7 +100,7 @@ def read(partitions: int, apache: bool) -> str:
     """One read task over 2 records in each partition (2,048 rows at 1,024 partitions), warm."""
     from harness.apache_kafka import KafkaCluster
 
-    with KafkaCluster() if apache else EmbeddedBroker() as broker:
+    with KafkaCluster(in_memory=True) if apache else EmbeddedBroker() as broker:
         servers = broker.bootstrap_servers
         admin = TopicAdmin(servers)
         admin.create(EVENTS, partitions)
