@@ -146,7 +146,7 @@ def _record_starts(payload: bytes, segments: Sequence[BatchRecords]) -> list[int
     append = starts.append
     position = 0
     for segment in segments:
-        for _ in range(segment.count):
+        for _ in range(segment.rows):
             append(position)
             byte = payload[position]
             if byte < 0x80:
@@ -200,12 +200,12 @@ def _decode_v2(run: Sequence[_Batch]) -> DecodedRecords | None:
     sane = pc.and_(pc.greater_equal(pc.min_element_wise(key_length, value_length), _i64(-1)),
                    pc.or_(plain, pc.greater(header_count, _ZERO)))
     if not pc.all(sane).as_py() or pc.min(length).as_py() < 0:
-        bad = run[bisect.bisect_right(list(accumulate(s.count for s in segments)),
+        bad = run[bisect.bisect_right(list(accumulate(s.rows for s in segments)),
                                       pc.index(pc.and_(sane, pc.greater_equal(length, _ZERO)), False).as_py())]
         raise CorruptRecordError(f"{bad.tp}: malformed record in a batch starting at offset "
                                  f"{bad.records.base_offset}")
 
-    run_ends = pa.array(list(accumulate(s.count for s in segments)), pa.int32())
+    run_ends = pa.array(list(accumulate(s.rows for s in segments)), pa.int32())
     offsets = pc.add(_per_record(run_ends, [s.base_offset for s in segments], pa.int64()), offset_delta)
     keep = pc.and_(pc.greater_equal(offsets, _per_record(run_ends, [b.fetch_offset for b in run], pa.int64())),
                    pc.less(offsets, _per_record(run_ends, [b.end for b in run], pa.int64())))
@@ -262,6 +262,7 @@ class FetchedRecords:
     tp: TopicPartition
     pieces: tuple[Piece, ...]  # the data batches (control and aborted ones skipped), in order
     fetch_offset: int
+    rows: int  # the records of its batches, those below the fetch offset included
 
     @property
     def offset(self) -> int:
@@ -271,8 +272,7 @@ class FetchedRecords:
         return last.last_offset if isinstance(last, BatchRecords) else last[-1].offset
 
     def __len__(self) -> int:
-        """The records of its batches, those below the fetch offset included."""
-        return sum(p.count if isinstance(p, BatchRecords) else len(p) for p in self.pieces)
+        return self.rows
 
     @property
     def size(self) -> int:
@@ -283,7 +283,8 @@ class FetchedRecords:
 def fetched(tp: TopicPartition, pieces: Sequence[Piece], fetch_offset: int) -> FetchedRecords | None:
     """One fetch response's batches, if it has records at or after `fetch_offset` (the decoder
     of `synclib.compat.kafka_python.partition_records_class`)."""
-    records = FetchedRecords(tp, tuple(pieces), fetch_offset)
+    records = FetchedRecords(tp, tuple(pieces), fetch_offset,
+                             sum(p.rows if isinstance(p, BatchRecords) else len(p) for p in pieces))
     return records if pieces and records.offset >= fetch_offset else None
 
 

@@ -226,7 +226,7 @@ def test_a_decoder_that_disagrees_fails_the_self_check(monkeypatch: pytest.Monke
     def shifted_timestamps(decode: kafka_python.Decoder) -> type:
         def decode_shifted(tp: TopicPartition, pieces: Any, fetch_offset: int) -> Any:
             return decode(tp, [p if isinstance(p, list) else kafka_python.BatchRecords(
-                p.payload, p.count, p.base_offset, p.first_timestamp + 1, p.max_timestamp, p.timestamp_type,
+                p.payload, p.rows, p.base_offset, p.first_timestamp + 1, p.max_timestamp, p.timestamp_type,
                 p.last_offset)
                 for p in pieces], fetch_offset)
         return real(decode_shifted)
