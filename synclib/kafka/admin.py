@@ -14,6 +14,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError, UnknownBrokerIdError
 
+from synclib.compat import kafka_python
 from synclib.kafka.client_config import DEFAULT_DEADLINE_S, ISOLATION_LEVELS, for_admin, isolation_level
 from synclib.kafka.subscription import Subscription
 from synclib.offsets import TopicPartitionKey
@@ -28,12 +29,20 @@ def describe_topics(admin: KafkaAdminClient, topics: Iterable[str] | None = None
     """One bounded metadata round trip: {topic: (topic id, partitions)} for the given topics
     (all topics but the internal ones, as Spark's Kafka source lists them, when None); topics
     that do not exist are absent."""
-    found = {}
+    return _described(admin, topics)[0]
+
+
+def _described(admin: KafkaAdminClient, topics: Iterable[str] | None
+               ) -> tuple[dict[str, tuple[str | None, tuple[int, ...]]], dict[TopicPartition, int]]:
+    """`describe_topics`, and the leader of each of those partitions that has one."""
+    found, leaders = {}, {}
     for topic in admin.describe_topics(sorted(topics) if topics is not None else None):
         if topic["error_code"] == 0 and not (topics is None and topic.get("is_internal")):
             partitions = tuple(sorted(p["partition_index"] for p in topic["partitions"]))
             found[topic["name"]] = (topic.get("topic_id"), partitions)
-    return found
+            leaders.update({TopicPartition(topic["name"], p["partition_index"]): p["leader_id"]
+                            for p in topic["partitions"] if p.get("leader_id", -1) >= 0})
+    return found, leaders
 
 
 def group_offsets(admin: KafkaAdminClient, group: str) -> dict[TopicPartitionKey, int]:
@@ -73,6 +82,9 @@ class KafkaMetadata:
         self._admin = self._new_admin()
         self._isolation_level = isolation_level(client_config)
         self.topic_ids: dict[str, str | None] = {}
+        # The partitions' leaders as the last `partitions` call found them: offsets are asked of them
+        # straight away, without the metadata round trip of kafka-python's own call (forgotten on an error).
+        self._leaders: dict[TopicPartition, int] = {}
 
     def _new_admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(**for_admin(self._client_config), client_id="synclib-planner")
@@ -103,8 +115,8 @@ class KafkaMetadata:
     def partitions(self) -> list[TopicPartitionKey]:
         """Current partitions of the subscription (one metadata round trip); also refreshes
         `topic_ids`, which change when a topic is deleted and recreated."""
-        described = self._retrying("listing topics",
-                                   lambda: describe_topics(self._admin, self._subscription.named_topics))
+        described, self._leaders = self._retrying(
+            "listing topics", lambda: _described(self._admin, self._subscription.named_topics))
         found: list[TopicPartitionKey] = []
         for topic, (topic_id, partitions) in sorted(described.items()):
             if not self._subscription.matches(topic):
@@ -136,9 +148,23 @@ class KafkaMetadata:
         if not tps:
             return {}
         level = level or self._isolation_level
-        found = self._retrying(f"listing {spec.name.lower()} offsets", lambda: self._admin.list_partition_offsets(
-            {tp: spec for tp in tps}, isolation_level=level))
+        specs = {tp: spec for tp in tps}
+        found = self._from_leaders(specs, level) if all(tp in self._leaders for tp in tps) else None
+        if found is None:
+            found = self._retrying(f"listing {spec.name.lower()} offsets",
+                                   lambda: self._admin.list_partition_offsets(specs, isolation_level=level))
         return {(tp.topic, tp.partition): result.offset for tp, result in found.items()}
+
+    def _from_leaders(self, specs: Mapping[TopicPartition, OffsetSpec], level: str) -> dict[TopicPartition, Any] | None:
+        """The offsets asked of the leaders the last `partitions` call found; None when that cannot
+        answer (a leader moved or is down, or no such kafka-python internals): the caller asks through
+        kafka-python's own call, with fresh metadata and retries, and the leaders are forgotten."""
+        try:
+            return kafka_python.list_offsets_from(self._admin, self._leaders, specs, level)
+        except KafkaError as exc:
+            logger.debug("offsets from the known leaders: %s: %s; asking with fresh metadata", type(exc).__name__, exc)
+            self._leaders = {}
+            return None
 
     def group_offsets(self, group: str) -> dict[TopicPartitionKey, int]:
         return self._retrying(f"fetching offsets of group {group!r}", lambda: group_offsets(self._admin, group))
