@@ -65,6 +65,26 @@ prepare_env() {
   echo "$want" > "$stamp"
 }
 
+# Local mode: Spark puts SPARK_HOME/python/lib/pyspark.zip first on the PYTHONPATH of every Python
+# process it starts (the driver, the data source's planner daemons, the executors' workers), and
+# Python compiles each module it imports from a zip anew in each of them (zipimport writes no
+# bytecode): about 0.5 s of CPU a process, 1-3 s of a query's start. Here every one of them runs
+# the venv's Python, whose PySpark is installed with its bytecode: a SPARK_HOME of links to that
+# PySpark's bin/, sbin/ and jars/, without python/, makes them import it. A SPARK_HOME already
+# set (the user's own Spark, or the caller's) is kept; so is cluster mode, which ships pyspark.zip.
+use_venv_spark_home() {
+  local home="$VENV/spark-home" pyspark entry
+  [ -z "${SPARK_HOME:-}" ] || return 0
+  if [ ! -e "$home/jars" ]; then  # new, or its links dangle after the venv was rebuilt
+    pyspark="$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("pyspark").submodule_search_locations[0])')"
+    mkdir -p "$home"
+    for entry in bin sbin jars conf; do
+      if [ -e "$pyspark/$entry" ]; then ln -sfn "$pyspark/$entry" "$home/$entry"; fi
+    done
+  fi
+  export SPARK_HOME="$home"
+}
+
 # JVM artifacts (jvm/ivy.xml) from Maven Central into $SYNCLIB_JVM_DIR, each configuration once.
 export SYNCLIB_JVM_DIR="${SYNCLIB_JVM_DIR:-$ROOT/.jvm}"
 prepare_jvm() { "$ROOT/jvm/fetch" "$VENV/bin/python" "$@"; }
@@ -80,6 +100,7 @@ case "${1:-}" in
     # Delta, S3A and Spark's Kafka source for the Spark session; Apache Kafka 4.x and 3.9 as test
     # brokers; S3Proxy as the tests' S3 server.
     prepare_jvm delta spark-kafka s3a kafka kafka-3.9 s3proxy || die "the tests need the JVM artifacts of jvm/ivy.xml"
+    use_venv_spark_home
     shift; exec "$VENV/bin/python" -m pytest "$@" ;;
   status|maintain)
     exec "$VENV/bin/python" -m synclib "$@" ;;
@@ -147,7 +168,7 @@ else
 fi
 [ "$deploy_mode" = cluster ] || defaults+=(--conf "spark.pyspark.driver.python=$VENV/bin/python")
 case "$master" in
-  ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python") ;;
+  ""|local*) defaults+=(--conf "spark.pyspark.python=$VENV/bin/python"); use_venv_spark_home ;;
   # A cluster: executors need a Python with the dependencies, e.g. --archives env.tar.gz#env
   # --conf spark.pyspark.python=./env/bin/python (see docs/operations/cluster.md).
 esac

@@ -43,8 +43,8 @@ REPOSITORY = str(Path(__file__).resolve().parent.parent)  # synclib/, harness/ a
 
 
 def spark_home() -> str:
-    """SPARK_HOME of the installed PySpark (bin/spark-class, jars/): the one spark-submit set
-    (under spark-submit pyspark itself is imported from python/lib/pyspark.zip), else pip's
+    """SPARK_HOME of the installed PySpark (bin/spark-class, jars/): the one spark-submit or
+    spark-submit.sh set (the latter's links to it, without python/lib/pyspark.zip), else pip's
     package directory."""
     import pyspark
 

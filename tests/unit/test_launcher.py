@@ -5,6 +5,7 @@ The script runs with a stand-in venv (its `spark-submit` records its arguments),
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORWARDER = str(ROOT / "jobs" / "forwarder.py")
+SPARK_HOME_FILE = "spark-home-given"
 
 
 def executable(path: Path, script: str) -> None:
@@ -27,18 +29,23 @@ def cksum(path: Path) -> str:
         return subprocess.run(["cksum"], stdin=file, capture_output=True, text=True, check=True).stdout
 
 
-def launch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run ./spark-submit.sh with `args`; the result and the arguments spark-submit got."""
+def launch(tmp_path: Path, *args: str, spark_home: str | None = None) -> tuple[
+        subprocess.CompletedProcess[str], list[str]]:
+    """Run ./spark-submit.sh with `args` (and SPARK_HOME=`spark_home` if given); the result and the
+    arguments spark-submit got. spark-submit also writes the SPARK_HOME it got to `SPARK_HOME_FILE`."""
     venv, jvm, received = tmp_path / "venv", tmp_path / "jvm", tmp_path / "spark-submit-args"
     executable(venv / "bin" / "python", f'exec {sys.executable} "$@"')
-    executable(venv / "bin" / "spark-submit", f"printf '%s\\0' \"$@\" > {received}")
+    executable(venv / "bin" / "spark-submit",
+               f"printf '%s\\0' \"$@\" > {received}; printf '%s' \"$SPARK_HOME\" > {tmp_path / SPARK_HOME_FILE}")
     (venv / ".synclib-installed").write_text(cksum(ROOT / "pyproject.toml"))
     for conf in ("delta", "spark-kafka", "s3a"):
         (jvm / conf).mkdir(parents=True)
         (jvm / conf / f"{conf}.jar").touch()
         (jvm / conf / ".fetched").write_text(cksum(ROOT / "jvm" / "ivy.xml"))
     executable(tmp_path / "java" / "bin" / "java", """echo 'openjdk version "17.0.2"' >&2""")
-    env = {**os.environ, "SYNCLIB_VENV": str(venv), "SYNCLIB_JVM_DIR": str(jvm), "JAVA_HOME": str(tmp_path / "java")}
+    env = {name: value for name, value in os.environ.items() if name != "SPARK_HOME"}
+    env.update(SYNCLIB_VENV=str(venv), SYNCLIB_JVM_DIR=str(jvm), JAVA_HOME=str(tmp_path / "java"),
+               **({"SPARK_HOME": spark_home} if spark_home else {}))
     result = subprocess.run([str(ROOT / "spark-submit.sh"), *args], env=env, capture_output=True, text=True,
                             timeout=60)
     return result, received.read_text().split("\0")[:-1] if received.exists() else []
@@ -104,3 +111,28 @@ def test_help_is_the_forwarders_own_without_spark(tmp_path: Path, flag: str) -> 
     assert result.stdout.startswith("synclib entry point.\n")
     assert "usage: synclib run" in result.stdout and "--available-now" in result.stdout
 
+
+
+def test_local_mode_gets_a_spark_home_whose_python_processes_import_the_venvs_pyspark(tmp_path: Path) -> None:
+    result, _ = launch(tmp_path, "--master", "local[2]")
+
+    assert result.returncode == 0, result.stderr
+    home = Path((tmp_path / SPARK_HOME_FILE).read_text())
+    assert home == tmp_path / "venv" / "spark-home"
+    pyspark = Path(importlib.util.find_spec("pyspark").submodule_search_locations[0])  # type: ignore[index,union-attr]
+    assert {entry.name: entry.resolve() for entry in home.iterdir()} == {
+        name: (pyspark / name).resolve() for name in ("bin", "sbin", "jars") if (pyspark / name).exists()}
+    assert not (home / "python" / "lib" / "pyspark.zip").exists()  # Spark's PYTHONPATH entry for it
+
+
+@pytest.mark.parametrize(("args", "given", "expected"), [
+    pytest.param(["--master", "yarn"], None, "", id="cluster-ships-pyspark-zip"),
+    pytest.param(["--master", "local[1]"], "/opt/spark", "/opt/spark", id="users-own-spark"),
+])
+def test_a_cluster_or_a_spark_home_already_set_keeps_its_own(
+        tmp_path: Path, args: list[str], given: str | None, expected: str) -> None:
+    result, _ = launch(tmp_path, *args, spark_home=given)
+
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / SPARK_HOME_FILE).read_text() == expected
+    assert not (tmp_path / "venv" / "spark-home").exists()
