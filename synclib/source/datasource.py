@@ -52,6 +52,14 @@ from synclib.source.planner import Planner
 from synclib.source.planning import cap_offsets, has_work, limit_rows
 from synclib.spark_checkpoint import check_run
 
+# A leader commit of a wide topic is a commit-log message per partition; the follower applies them
+# poll by poll as they arrive (kafka-python or librdkafka send them in several produce requests),
+# and the planner wakes at the first. Releases announced while it planned are planned again, so
+# one leader commit makes one batch, not a batch and its remainder `minBatchInterval` later; a
+# release that lands during no planning costs nothing, and the bound keeps a leader group that
+# commits without pause from delaying a batch.
+BURST_REPLANS = 3
+
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "synchronized_kafka"
@@ -194,9 +202,10 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
                       effective_start: PartitionOffsets, end: PartitionOffsets
                       ) -> tuple[PartitionOffsets, PartitionOffsets]:
         """`awaitLeaderCommits`: with nothing to forward, wait (up to `LEADER_WAIT_S`) for a leader
-        commit that releases offsets (announced after generation `seen`); with something, not before
-        `minBatchInterval` has passed since the previous batch started. Each wake-up plans again (a
-        broker round trip for the high watermarks)."""
+        commit that releases offsets (announced after generation `seen`); then plan again while the
+        follower announced more during planning (up to `BURST_REPLANS` times); with something, not
+        before `minBatchInterval` has passed since the previous batch started. Each wake-up plans
+        again (a broker round trip for the high watermarks)."""
         remote = self.planner.remote
         deadline = time.monotonic() + LEADER_WAIT_S
         while not has_work(start, end):
@@ -208,6 +217,12 @@ class SynchronizedKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvail
                 remote.check()
                 return effective_start, end
             seen = generation
+            effective_start, end = self._plan(start, limit)
+        for _ in range(BURST_REPLANS):
+            generation = remote.release_generation()
+            if generation == seen:
+                break
+            seen = generation  # commits of the same leader commit applied while planning: take them too
             effective_start, end = self._plan(start, limit)
         early = self._batch_started_at + self.options.min_batch_interval - time.monotonic()
         if early > 0:
