@@ -1,4 +1,5 @@
-"""./spark-submit.sh splits its arguments: spark-submit's own options to spark-submit, the rest to the job.
+"""./spark-submit.sh splits its arguments: spark-submit's own options to spark-submit, the rest to the job;
+in local mode it gives Spark a SPARK_HOME whose Python processes import the venv's PySpark.
 
 The script runs with a stand-in venv (its `spark-submit` records its arguments), JVM directory and Java.
 """
@@ -110,7 +111,6 @@ def test_help_is_the_forwarders_own_without_spark(tmp_path: Path, flag: str) -> 
     assert to_spark == []
     assert result.stdout.startswith("synclib entry point.\n")
     assert "usage: synclib run" in result.stdout and "--available-now" in result.stdout
-
 
 
 def test_local_mode_gets_a_spark_home_whose_python_processes_import_the_venvs_pyspark(tmp_path: Path) -> None:
