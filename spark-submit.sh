@@ -78,7 +78,7 @@ use_venv_spark_home() {
   if [ ! -e "$home/jars" ]; then  # new, or its links dangle after the venv was rebuilt
     pyspark="$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("pyspark").submodule_search_locations[0])')"
     mkdir -p "$home"
-    for entry in bin sbin jars conf; do
+    for entry in bin sbin jars; do
       if [ -e "$pyspark/$entry" ]; then ln -sfn "$pyspark/$entry" "$home/$entry"; fi
     done
   fi
